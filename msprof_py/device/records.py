@@ -1,0 +1,157 @@
+"""Typed records the simulated device emits, and the bus that delivers them to subscribers.
+
+The device never keeps its history: it emits one record per event to whoever subscribed
+(collectors, test logs). With no subscriber, no record object is built at all.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class TaskKind(str, enum.Enum):
+    """What a device task does."""
+
+    KERNEL = "kernel"
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    EVENT_RECORD = "event_record"
+    EVENT_WAIT = "event_wait"
+    COLLECTIVE = "collective"
+
+
+class TaskType(str, enum.Enum):
+    """The engine a task runs on, named as msprof's op_summary ``Task Type`` column."""
+
+    AI_CORE = "AI_CORE"  # cube (AIC)
+    AI_VECTOR_CORE = "AI_VECTOR_CORE"  # vector (AIV)
+    MIX_AIC = "MIX_AIC"  # cube + vector groups
+    AI_CPU = "AI_CPU"
+    HCCL = "HCCL"
+    DMA = "DMA"
+    EVENT = "EVENT"
+
+
+class CopyKind(str, enum.Enum):
+    """Direction of a memory copy (values follow aclrtMemcpyKind names)."""
+
+    H2H = "HOST_TO_HOST"
+    H2D = "HOST_TO_DEVICE"
+    D2H = "DEVICE_TO_HOST"
+    D2D = "DEVICE_TO_DEVICE"
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """One task on the device timeline. Times are integer ns from the device's time origin.
+
+    ``launch_ns`` is when the host finished submitting the task (the task can start no earlier);
+    ``wait_ns`` is the gap between the previous task on the same stream ending and this one
+    starting (msprof's *Task Wait Time*).
+    """
+
+    task_id: int
+    stream_id: int
+    kind: TaskKind
+    task_type: TaskType
+    name: str
+    op_type: str
+    block_dim: int
+    launch_ns: int
+    start_ns: int
+    end_ns: int
+    wait_ns: int
+    flops: float = 0.0
+    bytes: int = 0
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    input_formats: tuple[str, ...] = ()
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    output_formats: tuple[str, ...] = ()
+    #: kind-specific details: copy direction and pinnedness, collective algorithm, event id ...
+    attrs: dict[str, object] | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        """Device time the task took."""
+        return self.end_ns - self.start_ns
+
+
+class HostKind(str, enum.Enum):
+    """What the host thread was doing during a host record."""
+
+    LAUNCH = "launch"  # submitting a task (the host-side cost of a runtime/aclnn call)
+    SYNC = "sync"  # blocked until device work finished (synchronize, blocking memcpy ...)
+    API = "api"  # another runtime API call (event create, malloc ...)
+    PYTHON = "python"  # time the application spent between calls (measured host time)
+
+
+@dataclass(slots=True)
+class HostRecord:
+    """A span of host time: a launch, a blocking wait, or an API call."""
+
+    kind: HostKind
+    name: str
+    start_ns: int
+    end_ns: int
+    stream_id: int = -1
+    task_id: int = -1
+
+
+class MemoryAction(str, enum.Enum):
+    """Allocator events."""
+
+    MALLOC = "malloc"
+    FREE = "free"
+    SEGMENT_ALLOC = "segment_alloc"  # the caching allocator reserved memory from the driver
+    SEGMENT_FREE = "segment_free"  # ... and gave it back (empty_cache)
+    OOM = "oom"
+
+
+@dataclass(slots=True)
+class MemoryRecord:
+    """One allocator event with the statistics right after it."""
+
+    time_ns: int
+    action: MemoryAction
+    address: int
+    size: int
+    allocated: int
+    reserved: int
+    active: int
+    stream_id: int = 0
+    tag: str = ""
+
+
+Record = TaskRecord | HostRecord | MemoryRecord
+Subscriber = Callable[[Record], None]
+
+
+class RecordBus:
+    """Delivers records to subscribers. ``active`` is False while nobody listens, so emitters
+    can skip building records altogether."""
+
+    __slots__ = ("_subscribers", "active")
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+        self.active = False
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Deliver every future record to ``callback``."""
+        self._subscribers.append(callback)
+        self.active = True
+
+    def unsubscribe(self, callback: Subscriber) -> None:
+        """Stop delivering to ``callback`` (no error if it was not subscribed)."""
+        if callback in self._subscribers:
+            self._subscribers.remove(callback)
+        self.active = bool(self._subscribers)
+
+    def emit(self, record: Record) -> None:
+        """Send ``record`` to every subscriber, in subscription order."""
+        for callback in self._subscribers:
+            callback(record)
