@@ -36,7 +36,7 @@ _ALIASES = {
 
 
 def canonical(dtype: str) -> str:
-    """Return the canonical dtype name (``"fp16"`` -> ``"float16"``, ``"torch.int64"`` -> ``"int64"``)."""
+    """The canonical dtype name: ``"fp16"`` -> ``"float16"``, ``"torch.int64"`` -> ``"int64"``."""
     name = dtype.removeprefix("torch.").lower()
     name = _ALIASES.get(name, name)
     if name not in ITEMSIZE:

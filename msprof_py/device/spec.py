@@ -287,7 +287,9 @@ class DeviceSpec:
 def preset_names() -> list[str]:
     """Names of the presets shipped with the package."""
     folder = resources.files("msprof_py.device") / "presets"
-    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
 
 
 # --------------------------------------------------------------------------------------------

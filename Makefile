@@ -1,0 +1,30 @@
+# Every target creates or reuses the virtual environment in .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch comes from the constraints file (torch==2.13.0, the local CPU wheel), never unpinned
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)  ## the main job: the three-stage ACL pipeline on the simulated NPU
+	$(BIN)/python sample_runs/acl_pipeline.py
+
+test: $(STAMP)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: $(STAMP)  ## performance measurements, written to benchmarks/RESULTS.md by hand
+	$(BIN)/python benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

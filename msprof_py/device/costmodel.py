@@ -1,0 +1,250 @@
+"""How long a task takes on the simulated device: roofline kernels, copies and TransData.
+
+Kernel time = device scheduling overhead + max(cube time, vector time, memory time)
+(reference: shared/reference/npu-device-facts.md section 9). Each unit's time is
+``waves x (work / block_dim) / clock / efficiency`` with ``waves = ceil(block_dim / cores)``,
+so a kernel with one block more than there are cores takes two waves. Cube work is counted in
+fractal cycles with M, N and K padded to the fractal; vector work in 256-byte repeats; memory
+time is bytes over the lower of the achievable HBM bandwidth and what the launched cores can pull.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from msprof_py.device.dtypes import canonical, itemsize
+from msprof_py.device.formats import transdata_bytes
+from msprof_py.device.records import CopyKind, TaskType
+from msprof_py.device.spec import DeviceSpec
+
+#: A MatMul with a K axis longer than this, not 512 B-aligned ... (see :func:`matmul_cost`).
+_MIX_K_THRESHOLD = 1000
+_MIX_ALIGN_BYTES = 512
+_MIX_MIN_MAC_NS = 50_000
+
+
+class Bound(str, enum.Enum):
+    """Which term of the roofline set a kernel's duration."""
+
+    CUBE = "cube"
+    VECTOR = "vector"
+    MEMORY = "memory"
+    OVERHEAD = "overhead"  # scheduling overhead exceeds every roofline term
+    AICPU = "aicpu"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCost:
+    """A costed kernel: which engine, how many blocks, and how long (ns)."""
+
+    task_type: TaskType
+    block_dim: int
+    duration_ns: int
+    sched_ns: int
+    cube_ns: float
+    vector_ns: float
+    memory_ns: float
+    waves: int
+    bound: Bound
+    flops: float
+    bytes: int
+
+
+def _bound(sched: int, cube: float, vector: float, memory: float) -> Bound:
+    work = max(cube, vector, memory)
+    if work < sched:
+        return Bound.OVERHEAD
+    if work == cube:
+        return Bound.CUBE
+    return Bound.VECTOR if work == vector else Bound.MEMORY
+
+
+def _memory_ns(spec: DeviceSpec, nbytes: int, block_dim: int) -> float:
+    """Time to move ``nbytes`` between HBM and the ``block_dim`` cores that run the kernel."""
+    if nbytes <= 0:
+        return 0.0
+    per_core = spec.memory.gm_bytes_per_cycle_per_core * spec.cube.clock_hz
+    bandwidth = min(spec.memory.effective_bandwidth, block_dim * per_core)
+    return nbytes / bandwidth * 1e9
+
+
+def _unit_ns(total_cycles: float, block_dim: int, cores: int, clock_hz: float, eff: float) -> float:
+    waves = math.ceil(block_dim / cores)
+    return waves * (total_cycles / block_dim) / clock_hz / eff * 1e9
+
+
+def cube_dtype(spec: DeviceSpec, dtype: str) -> str:
+    """The dtype the cube actually computes ``dtype`` in.
+
+    A cube without an fp32 fractal (910A, 310P) runs fp32 matmuls in fp16, as CANN's default
+    precision mode ``allow_fp32_to_fp16`` does. Other unsupported dtypes raise.
+    """
+    name = canonical(dtype)
+    if name not in spec.cube.fractal and name == "float32":
+        return "float16"
+    spec.cube_fractal(name)  # raises a clear error for dtypes the cube cannot run
+    return name
+
+
+def matmul_cost(
+    spec: DeviceSpec,
+    m: int,
+    n: int,
+    k: int,
+    *,
+    batch: int = 1,
+    dtype: str = "float16",
+    out_dtype: str | None = None,
+    block_dim: int | None = None,
+    bytes_moved: int | None = None,
+    vector_elements: int = 0,
+) -> KernelCost:
+    """Cost of ``batch`` matmuls of (m x k) @ (k x n) on the cube.
+
+    ``bytes_moved`` overrides the HBM traffic (default: both operands and the output, padded to
+    the fractal); ``vector_elements`` adds fused vector work (an epilogue such as bias + ReLU).
+    A long, unaligned K axis with more than 50 us of MAC time runs as a MIX_AIC task, as on A2.
+    """
+    if min(m, n, k, batch) < 0:
+        raise ValueError(f"negative matmul dimension: m={m} n={n} k={k} batch={batch}")
+    compute = cube_dtype(spec, dtype)
+    m0, k0, n0 = spec.cube_fractal(compute)
+    in_size = itemsize(dtype)
+    out_size = itemsize(out_dtype or dtype)
+    mp, kp, np_ = _ceil_to(m, m0), _ceil_to(k, k0), _ceil_to(n, n0)
+    cycles = batch * (mp // m0) * (np_ // n0) * (kp // k0)
+    tiles = batch * math.ceil(m / spec.cube.base_tile_m) * math.ceil(n / spec.cube.base_tile_n)
+    cores = spec.cube.cores
+    bd = block_dim if block_dim is not None else max(1, min(cores, tiles))
+    cube = _unit_ns(cycles, bd, cores, spec.cube.clock_hz, spec.cube.efficiency) if cycles else 0.0
+    vector = 0.0
+    if vector_elements:
+        vector = _vector_ns(spec, vector_elements, out_dtype or dtype, 1.0, bd)
+    if bytes_moved is None:
+        bytes_moved = batch * ((mp * kp + kp * np_) * in_size + mp * np_ * out_size)
+    memory = _memory_ns(spec, bytes_moved, min(bd, cores))
+    task_type = TaskType.AI_CORE
+    k_unaligned = (k * in_size) % _MIX_ALIGN_BYTES != 0
+    if k > _MIX_K_THRESHOLD and k_unaligned and cube > _MIX_MIN_MAC_NS:
+        task_type = TaskType.MIX_AIC
+    sched = spec.dispatch.device_sched_ns
+    return KernelCost(
+        task_type=task_type,
+        block_dim=bd,
+        duration_ns=sched + round(max(cube, vector, memory)),
+        sched_ns=sched,
+        cube_ns=cube,
+        vector_ns=vector,
+        memory_ns=memory,
+        waves=math.ceil(bd / cores),
+        bound=_bound(sched, cube, vector, memory),
+        flops=2.0 * batch * m * n * k,
+        bytes=bytes_moved,
+    )
+
+
+def _vector_ns(spec: DeviceSpec, elements: int, dtype: str, ops: float, block_dim: int) -> float:
+    repeats = math.ceil(elements * itemsize(dtype) / spec.vector.bytes_per_cycle) * ops
+    v = spec.vector
+    return _unit_ns(repeats, block_dim, v.cores, v.clock_hz, v.efficiency) if repeats else 0.0
+
+
+def vector_cost(
+    spec: DeviceSpec,
+    *,
+    elements: int,
+    dtype: str,
+    bytes_moved: int,
+    ops_per_element: float = 1.0,
+    block_dim: int | None = None,
+    flops: float | None = None,
+) -> KernelCost:
+    """Cost of an elementwise or reduction kernel over ``elements`` elements on the vector units.
+
+    ``bytes_moved`` is the HBM traffic (inputs read plus outputs written, padded as stored);
+    ``ops_per_element`` the vector instructions per element (1 for add, more for exp or GELU).
+    By default the kernel launches one block per ``min_bytes_per_core`` of traffic, up to the
+    number of vector cores.
+    """
+    if elements < 0 or bytes_moved < 0:
+        raise ValueError("elements and bytes_moved must be >= 0")
+    cores = spec.vector.cores
+    if block_dim is None:
+        block_dim = min(cores, max(1, math.ceil(bytes_moved / spec.vector.min_bytes_per_core)))
+    vector = _vector_ns(spec, elements, dtype, ops_per_element, block_dim)
+    memory = _memory_ns(spec, bytes_moved, min(block_dim, cores))
+    sched = spec.dispatch.device_sched_ns
+    return KernelCost(
+        task_type=TaskType.AI_VECTOR_CORE,
+        block_dim=block_dim,
+        duration_ns=sched + round(max(vector, memory)),
+        sched_ns=sched,
+        cube_ns=0.0,
+        vector_ns=vector,
+        memory_ns=memory,
+        waves=math.ceil(block_dim / cores),
+        bound=_bound(sched, 0.0, vector, memory),
+        flops=float(elements * ops_per_element) if flops is None else flops,
+        bytes=bytes_moved,
+    )
+
+
+def aicpu_cost(
+    spec: DeviceSpec, *, elements: int, bytes_moved: int, flops: float = 0.0
+) -> KernelCost:
+    """Cost of an op that falls back to one AI CPU core (int64/double variants, sort, nonzero)."""
+    cpu = spec.aicpu
+    work = elements / cpu.elements_per_s * 1e9
+    return KernelCost(
+        task_type=TaskType.AI_CPU,
+        block_dim=1,
+        duration_ns=cpu.launch_overhead_ns + round(work),
+        sched_ns=cpu.launch_overhead_ns,
+        cube_ns=0.0,
+        vector_ns=0.0,
+        memory_ns=0.0,
+        waves=1,
+        bound=Bound.AICPU,
+        flops=flops,
+        bytes=bytes_moved,
+    )
+
+
+def transdata_cost(
+    spec: DeviceSpec, shape: Sequence[int], dtype: str, src_format: str, dst_format: str
+) -> KernelCost:
+    """Cost of a TransData kernel re-laying a tensor: a memory-bound vector op over the padded
+    bytes it reads (source layout) and writes (destination layout)."""
+    nbytes = transdata_bytes(tuple(shape), dtype, src_format, dst_format)
+    elements = math.prod(shape)
+    return vector_cost(spec, elements=elements, dtype=dtype, bytes_moved=nbytes, flops=0.0)
+
+
+def copy_ns(spec: DeviceSpec, kind: CopyKind, nbytes: int, *, pinned: bool = True) -> int:
+    """Duration of one copy: latency + bytes / bandwidth of the link it crosses.
+
+    Host<->device copies cross the host link (slower from pageable memory); device-to-device
+    copies read and write HBM; host-to-host copies run on the host at pageable speed.
+    """
+    if nbytes < 0:
+        raise ValueError("a copy cannot move a negative number of bytes")
+    link = spec.host_link
+    if kind is CopyKind.D2D:
+        return spec.dispatch.device_sched_ns + round(
+            2 * nbytes / spec.memory.effective_bandwidth * 1e9
+        )
+    if kind is CopyKind.H2H or not pinned:
+        return link.pageable_latency_ns + round(nbytes / link.pageable_bandwidth * 1e9)
+    return link.pinned_latency_ns + round(nbytes / link.pinned_bandwidth * 1e9)
+
+
+def memset_ns(spec: DeviceSpec, nbytes: int) -> int:
+    """Duration of a device memset of ``nbytes``: a write stream to HBM."""
+    return spec.dispatch.device_sched_ns + round(nbytes / spec.memory.effective_bandwidth * 1e9)
+
+
+def _ceil_to(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple

@@ -1,0 +1,504 @@
+"""The virtual-time engine: a host clock, streams, events and engines (core pools, DMA, links).
+
+Every task is scheduled when the host submits it ("eager" list scheduling): its start is the
+latest of when the host finished launching it, when the previous task on its stream ended, any
+event it waits on, and when the units it needs are free. Those units are real resources with a
+timeline each (:class:`~msprof_py.device.resources.ResourcePool`), so tasks on different streams
+run concurrently only while cores, DMA engines and links last. All times are integer ns.
+
+Host semantics follow ACL and torch_npu: launching a kernel costs the host stage-1 time, and with
+the task queue on, stage 2 (aclnn call, tiling, launch) runs on a second host thread in a
+pipeline; runtime API calls cost ``api_call_ns``; synchronize calls and pageable copies block the
+host until the device work they wait for has finished; a full stream (``stream_depth`` tasks in
+flight) blocks the host until its oldest task ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from msprof_py.device.collectives import CollectiveCost
+from msprof_py.device.costmodel import KernelCost, copy_ns, memset_ns
+from msprof_py.device.errors import DeviceError, EventNotReadyError
+from msprof_py.device.records import (
+    CopyKind,
+    HostKind,
+    HostRecord,
+    RecordBus,
+    TaskKind,
+    TaskRecord,
+    TaskType,
+)
+from msprof_py.device.resources import ResourcePool
+from msprof_py.device.spec import DeviceSpec
+
+_PRUNE_EVERY = 256
+_COPY_POOL = {CopyKind.H2D: "h2d", CopyKind.D2H: "d2h", CopyKind.D2D: "sdma"}
+_COPY_API = {
+    CopyKind.H2D: "MEMCPY_H2D",
+    CopyKind.D2H: "MEMCPY_D2H",
+    CopyKind.D2D: "MEMCPY_D2D",
+}
+
+
+@dataclass(eq=False, slots=True)
+class Stream:
+    """An in-order queue of device tasks."""
+
+    stream_id: int
+    priority: int = 0
+    #: when the last task submitted to this stream ends
+    tail_ns: int = 0
+    has_tasks: bool = False
+    destroyed: bool = False
+    #: end times of tasks that may still be running (bounded by the stream depth)
+    inflight: deque[int] = field(default_factory=deque)
+
+    def __repr__(self) -> str:
+        return f"Stream(id={self.stream_id})"
+
+
+@dataclass(eq=False, slots=True)
+class Event:
+    """A marker recorded on a stream; other streams and the host can wait for it."""
+
+    event_id: int
+    timing: bool = True
+    #: device time at which the event completes; None until recorded
+    recorded_ns: int | None = None
+    stream_id: int = -1
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.event_id}, recorded_ns={self.recorded_ns})"
+
+
+class Engine:
+    """Schedules tasks of one simulated device in deterministic virtual time."""
+
+    def __init__(self, spec: DeviceSpec, bus: RecordBus | None = None) -> None:
+        self.spec = spec
+        self.bus = bus if bus is not None else RecordBus()
+        #: the host thread's clock (ns since the device's time origin)
+        self.host_ns = 0
+        self._stage2_free_ns = 0
+        self._next_task_id = 0
+        self._next_stream_id = 0
+        self._next_event_id = 0
+        self._since_prune = 0
+        self.tasks_submitted = 0
+        self.streams: dict[int, Stream] = {}
+        self.pools: dict[str, ResourcePool] = self._make_pools(spec)
+        self._demands: dict[tuple[TaskType, int], tuple[tuple[ResourcePool, int], ...]] = {}
+        self.default_stream = self.create_stream()
+
+    # ---- resources ------------------------------------------------------------------------
+
+    @staticmethod
+    def _make_pools(spec: DeviceSpec) -> dict[str, ResourcePool]:
+        pools = {
+            "aicpu": spec.aicpu.cores,
+            "h2d": 1,
+            "d2h": 1,
+            "sdma": 1,
+            "hccl": 1,
+        }
+        if spec.shares_core_pool:
+            pools["aicore"] = spec.cube.cores
+        else:
+            pools["aic"] = spec.cube.cores
+            pools["aiv"] = spec.vector.cores
+        return {name: ResourcePool(name, cap) for name, cap in pools.items()}
+
+    def _demand(self, task_type: TaskType, block_dim: int) -> tuple[tuple[ResourcePool, int], ...]:
+        key = (task_type, block_dim)
+        found = self._demands.get(key)
+        if found is not None:
+            return found
+        p = self.pools
+        coupled = self.spec.shares_core_pool
+        if task_type in (TaskType.AI_CORE, TaskType.AI_VECTOR_CORE, TaskType.MIX_AIC) and coupled:
+            demand = ((p["aicore"], block_dim),)
+        elif task_type is TaskType.AI_CORE:
+            demand = ((p["aic"], block_dim),)
+        elif task_type is TaskType.AI_VECTOR_CORE:
+            demand = ((p["aiv"], block_dim),)
+        elif task_type is TaskType.MIX_AIC:
+            demand = ((p["aic"], block_dim), (p["aiv"], 2 * block_dim))
+        elif task_type is TaskType.AI_CPU:
+            demand = ((p["aicpu"], block_dim),)
+        elif task_type is TaskType.HCCL:
+            demand = ((p["hccl"], 1),)
+        else:
+            demand = ()
+        self._demands[key] = demand
+        return demand
+
+    def _earliest(
+        self, ready: int, duration: int, demand: Sequence[tuple[ResourcePool, int]]
+    ) -> int:
+        start = ready
+        while True:
+            moved = False
+            for pool, units in demand:
+                t = pool.earliest(start, units, duration)
+                if t != start:
+                    start, moved = t, True
+            if not moved:
+                return start
+
+    # ---- streams and events ---------------------------------------------------------------
+
+    def create_stream(self, priority: int = 0) -> Stream:
+        """Create a stream (``aclrtCreateStream``)."""
+        live = sum(not s.destroyed for s in self.streams.values())
+        if live >= self.spec.limits.max_streams:
+            raise DeviceError(f"cannot create more than {self.spec.limits.max_streams} streams")
+        stream = Stream(self._next_stream_id, priority)
+        self._next_stream_id += 1
+        self.streams[stream.stream_id] = stream
+        return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        """Destroy a stream once its work is done (``aclrtDestroyStream`` waits for it)."""
+        self._check(stream)
+        if stream is self.default_stream:
+            raise DeviceError("the default stream cannot be destroyed")
+        self.synchronize_stream(stream)
+        stream.destroyed = True
+
+    def create_event(self, *, timing: bool = True) -> Event:
+        """Create an event (``aclrtCreateEvent``); ``timing=False`` disables elapsed time."""
+        event = Event(self._next_event_id, timing)
+        self._next_event_id += 1
+        return event
+
+    def _check(self, stream: Stream) -> None:
+        if stream.destroyed or self.streams.get(stream.stream_id) is not stream:
+            raise DeviceError(f"stream {stream.stream_id} does not exist on this device")
+
+    # ---- host clock -----------------------------------------------------------------------
+
+    def advance_host(self, ns: int, name: str = "") -> None:
+        """Move the host clock forward by ``ns`` (application time between runtime calls)."""
+        if ns < 0:
+            raise ValueError("host time cannot go backwards")
+        start = self.host_ns
+        self.host_ns += ns
+        if name and self.bus.active and ns:
+            self.bus.emit(HostRecord(HostKind.PYTHON, name, start, self.host_ns))
+
+    def _block_until(self, t: int, name: str, stream_id: int = -1) -> None:
+        """Block the host until device time ``t``, then pay the cost of returning."""
+        start = self.host_ns
+        self.host_ns = max(start, t) + self.spec.dispatch.sync_ns
+        if self.bus.active:
+            self.bus.emit(HostRecord(HostKind.SYNC, name, start, self.host_ns, stream_id))
+
+    def _launch(self, stream: Stream, stage1: int, stage2: int, name: str) -> tuple[int, int]:
+        """Pay the host cost of submitting to ``stream``; return (host start, launch time)."""
+        self._check(stream)
+        inflight = stream.inflight
+        while inflight and inflight[0] <= self.host_ns:
+            inflight.popleft()
+        if len(inflight) >= self.spec.limits.stream_depth:
+            self._block_until(inflight[0], "stream queue full", stream.stream_id)
+            while inflight and inflight[0] <= self.host_ns:
+                inflight.popleft()
+        host_start = self.host_ns
+        if self.spec.dispatch.task_queue:
+            self.host_ns = host_start + stage1
+            launch = max(self.host_ns, self._stage2_free_ns) + stage2
+            self._stage2_free_ns = launch
+        else:
+            self.host_ns = host_start + stage1 + stage2
+            launch = self._stage2_free_ns = self.host_ns
+        return host_start, launch
+
+    # ---- task submission ------------------------------------------------------------------
+
+    def _place(
+        self,
+        stream: Stream,
+        launch: int,
+        duration: int,
+        demand: Sequence[tuple[ResourcePool, int]],
+        not_before: int,
+    ) -> tuple[int, int, int]:
+        """Find the start of a task and book its resources; return (start, end, wait)."""
+        ready = max(launch, stream.tail_ns, not_before)
+        start = self._earliest(ready, duration, demand) if demand else ready
+        end = start + duration
+        for pool, units in demand:
+            pool.reserve(start, end, units)
+        wait = start - stream.tail_ns if stream.has_tasks else 0
+        stream.tail_ns = end
+        stream.has_tasks = True
+        stream.inflight.append(end)
+        self._since_prune += 1
+        if self._since_prune >= _PRUNE_EVERY:
+            self._prune()
+        return start, end, wait
+
+    def _prune(self) -> None:
+        self._since_prune = 0
+        horizon = self.host_ns
+        for pool in self.pools.values():
+            pool.prune(horizon)
+
+    def _new_task_id(self) -> int:
+        task_id = self._next_task_id
+        self._next_task_id += 1
+        self.tasks_submitted += 1
+        return task_id
+
+    def _emit_launch(self, name: str, host_start: int, stream: Stream, task: TaskRecord) -> None:
+        self.bus.emit(
+            HostRecord(
+                HostKind.LAUNCH, name, host_start, self.host_ns, stream.stream_id, task.task_id
+            )
+        )
+        self.bus.emit(task)
+
+    def submit_kernel(
+        self,
+        stream: Stream,
+        cost: KernelCost,
+        *,
+        name: str,
+        op_type: str,
+        input_shapes: tuple[tuple[int, ...], ...] = (),
+        input_dtypes: tuple[str, ...] = (),
+        input_formats: tuple[str, ...] = (),
+        output_shapes: tuple[tuple[int, ...], ...] = (),
+        output_dtypes: tuple[str, ...] = (),
+        output_formats: tuple[str, ...] = (),
+        attrs: dict[str, object] | None = None,
+        not_before: int = 0,
+    ) -> TaskRecord:
+        """Launch a costed kernel on ``stream``; returns its scheduled task."""
+        dispatch = self.spec.dispatch
+        host_start, launch = self._launch(stream, dispatch.stage1_ns, dispatch.stage2_ns, name)
+        demand = self._demand(cost.task_type, cost.block_dim)
+        start, end, wait = self._place(stream, launch, cost.duration_ns, demand, not_before)
+        task = TaskRecord(
+            self._new_task_id(),
+            stream.stream_id,
+            TaskKind.KERNEL,
+            cost.task_type,
+            name,
+            op_type,
+            cost.block_dim,
+            launch,
+            start,
+            end,
+            wait,
+            cost.flops,
+            cost.bytes,
+            input_shapes,
+            input_dtypes,
+            input_formats,
+            output_shapes,
+            output_dtypes,
+            output_formats,
+            attrs,
+        )
+        if self.bus.active:
+            self._emit_launch(name, host_start, stream, task)
+        return task
+
+    def _submit_simple(
+        self,
+        stream: Stream,
+        kind: TaskKind,
+        task_type: TaskType,
+        name: str,
+        op_type: str,
+        duration: int,
+        demand: Sequence[tuple[ResourcePool, int]],
+        *,
+        nbytes: int = 0,
+        attrs: dict[str, object] | None = None,
+        not_before: int = 0,
+    ) -> TaskRecord:
+        host_start, launch = self._launch(stream, self.spec.dispatch.api_call_ns, 0, name)
+        start, end, wait = self._place(stream, launch, duration, demand, not_before)
+        task = TaskRecord(
+            self._new_task_id(),
+            stream.stream_id,
+            kind,
+            task_type,
+            name,
+            op_type,
+            1 if demand else 0,
+            launch,
+            start,
+            end,
+            wait,
+            bytes=nbytes,
+            attrs=attrs,
+        )
+        if self.bus.active:
+            self._emit_launch(name, host_start, stream, task)
+        return task
+
+    def submit_memcpy(
+        self,
+        stream: Stream,
+        kind: CopyKind,
+        nbytes: int,
+        *,
+        pinned: bool = True,
+        blocking: bool = False,
+        name: str | None = None,
+    ) -> TaskRecord | None:
+        """Copy ``nbytes`` in direction ``kind`` on ``stream``.
+
+        A copy from or to pageable host memory (``pinned=False``) blocks the host until it has
+        finished, as does ``blocking=True`` (synchronous ``aclrtMemcpy``); otherwise the host
+        returns at once. Host-to-host copies run on the host alone and return None.
+        """
+        if kind is CopyKind.H2H:
+            self.advance_host(copy_ns(self.spec, kind, nbytes), name or "memcpy host-to-host")
+            return None
+        label = name or ("aclrtMemcpyAsync" if not blocking else "aclrtMemcpy")
+        duration = copy_ns(self.spec, kind, nbytes, pinned=pinned)
+        demand = ((self.pools[_COPY_POOL[kind]], 1),)
+        attrs: dict[str, object] = {"copy_kind": kind.value, "pinned": pinned}
+        task = self._submit_simple(
+            stream,
+            TaskKind.MEMCPY,
+            TaskType.DMA,
+            label,
+            _COPY_API[kind],
+            duration,
+            demand,
+            nbytes=nbytes,
+            attrs=attrs,
+        )
+        host_blocks = kind is not CopyKind.D2D and not pinned
+        if blocking or host_blocks:
+            self._block_until(task.end_ns, f"{label} (wait)", stream.stream_id)
+        return task
+
+    def submit_memset(
+        self, stream: Stream, nbytes: int, *, name: str = "aclrtMemsetAsync"
+    ) -> TaskRecord:
+        """Fill ``nbytes`` of device memory on ``stream`` (an SDMA task)."""
+        demand = ((self.pools["sdma"], 1),)
+        duration = memset_ns(self.spec, nbytes)
+        return self._submit_simple(
+            stream, TaskKind.MEMSET, TaskType.DMA, name, "MEMSET", duration, demand, nbytes=nbytes
+        )
+
+    def submit_collective(
+        self,
+        stream: Stream,
+        cost: CollectiveCost,
+        *,
+        name: str | None = None,
+        not_before: int = 0,
+    ) -> TaskRecord:
+        """Run a costed HCCL collective on ``stream``. ``not_before`` holds it until the peers
+        arrive (the slowest rank's arrival time, when the caller knows it)."""
+        op = cost.op.value if hasattr(cost.op, "value") else str(cost.op)
+        label = name or f"hcom_{op}_"
+        attrs: dict[str, object] = {
+            "collective": op,
+            "algorithm": cost.algorithm,
+            "world_size": cost.world_size,
+        }
+        return self._submit_simple(
+            stream,
+            TaskKind.COLLECTIVE,
+            TaskType.HCCL,
+            label,
+            op,
+            cost.duration_ns,
+            self._demand(TaskType.HCCL, 1),
+            nbytes=cost.n_bytes,
+            attrs=attrs,
+            not_before=not_before,
+        )
+
+    def record_event(self, event: Event, stream: Stream) -> TaskRecord:
+        """Record ``event`` on ``stream``: it completes when the stream's prior work has ended."""
+        task = self._submit_simple(
+            stream,
+            TaskKind.EVENT_RECORD,
+            TaskType.EVENT,
+            "aclrtRecordEvent",
+            "EVENT_RECORD",
+            0,
+            (),
+            attrs={"event_id": event.event_id},
+        )
+        event.recorded_ns = task.end_ns
+        event.stream_id = stream.stream_id
+        return task
+
+    def wait_event(self, stream: Stream, event: Event) -> TaskRecord:
+        """Make ``stream`` wait for ``event``'s most recent record (a no-op if never recorded)."""
+        dispatch = self.spec.dispatch
+        host_start, launch = self._launch(stream, dispatch.api_call_ns, 0, "aclrtStreamWaitEvent")
+        start = max(launch, stream.tail_ns)
+        target = event.recorded_ns if event.recorded_ns is not None else start
+        start, end, wait = self._place(stream, launch, max(0, target - start), (), 0)
+        task = TaskRecord(
+            self._new_task_id(),
+            stream.stream_id,
+            TaskKind.EVENT_WAIT,
+            TaskType.EVENT,
+            "aclrtStreamWaitEvent",
+            "EVENT_WAIT",
+            0,
+            launch,
+            start,
+            end,
+            wait,
+            attrs={"event_id": event.event_id},
+        )
+        if self.bus.active:
+            self._emit_launch(task.name, host_start, stream, task)
+        return task
+
+    # ---- synchronisation ------------------------------------------------------------------
+
+    def synchronize_stream(self, stream: Stream) -> None:
+        """Block the host until every task on ``stream`` has finished."""
+        self._check(stream)
+        self._block_until(stream.tail_ns, "aclrtSynchronizeStream", stream.stream_id)
+
+    def synchronize_device(self) -> None:
+        """Block the host until every task on every stream has finished."""
+        tail = max((s.tail_ns for s in self.streams.values()), default=0)
+        self._block_until(tail, "aclrtSynchronizeDevice")
+
+    def synchronize_event(self, event: Event) -> None:
+        """Block the host until ``event`` completes (returns at once if never recorded)."""
+        target = event.recorded_ns if event.recorded_ns is not None else self.host_ns
+        self._block_until(target, "aclrtSynchronizeEvent", event.stream_id)
+
+    def query_event(self, event: Event) -> bool:
+        """True when ``event`` has completed by the host's current time (or was never recorded)."""
+        return event.recorded_ns is None or event.recorded_ns <= self.host_ns
+
+    def query_stream(self, stream: Stream) -> bool:
+        """True when all work on ``stream`` has finished by the host's current time."""
+        self._check(stream)
+        return stream.tail_ns <= self.host_ns
+
+    def event_elapsed_ms(self, start: Event, end: Event) -> float:
+        """Simulated milliseconds between two completed events (``aclrtEventElapsedTime``)."""
+        for event in (start, end):
+            if not event.timing:
+                raise DeviceError(f"event {event.event_id} was created without timing")
+            if event.recorded_ns is None:
+                raise DeviceError(f"event {event.event_id} has not been recorded")
+            if event.recorded_ns > self.host_ns:
+                raise EventNotReadyError(
+                    f"event {event.event_id} has not completed yet; synchronize it first"
+                )
+        assert start.recorded_ns is not None and end.recorded_ns is not None
+        return (end.recorded_ns - start.recorded_ns) / 1e6

@@ -1,0 +1,48 @@
+"""SimulatedNpu: one simulated device — its spec, engine, memory and record bus together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msprof_py.device.engine import Engine
+from msprof_py.device.memory import CachingAllocator, HbmAllocator
+from msprof_py.device.records import RecordBus, Subscriber
+from msprof_py.device.spec import DeviceSpec
+
+
+class SimulatedNpu:
+    """A simulated Ascend-like NPU.
+
+    ``engine`` schedules tasks in virtual time, ``hbm`` is the driver-level allocator
+    (aclrtMalloc semantics) and ``memory`` the caching allocator frameworks use above it. Records
+    of all three go to one :class:`RecordBus`; :meth:`subscribe` attaches a consumer.
+    """
+
+    def __init__(self, spec: DeviceSpec | str | Path | None = None, device_id: int = 0) -> None:
+        self.spec = DeviceSpec.load(spec)
+        self.device_id = device_id
+        self.bus = RecordBus()
+        self.engine = Engine(self.spec, self.bus)
+        self.hbm = HbmAllocator(self.spec.memory.usable_bytes, self.spec.allocation)
+        self.memory = CachingAllocator(
+            self.hbm, self.spec.allocation, clock=self._host_clock, bus=self.bus
+        )
+
+    def _host_clock(self) -> int:
+        return self.engine.host_ns
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Deliver every future task, host and memory record to ``callback``."""
+        self.bus.subscribe(callback)
+
+    def unsubscribe(self, callback: Subscriber) -> None:
+        """Stop delivering records to ``callback``."""
+        self.bus.unsubscribe(callback)
+
+    @property
+    def name(self) -> str:
+        """The preset or spec name, e.g. ``"ascend910b"``."""
+        return self.spec.name
+
+    def __repr__(self) -> str:
+        return f"SimulatedNpu({self.spec.name!r}, device_id={self.device_id})"

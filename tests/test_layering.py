@@ -1,0 +1,38 @@
+"""Layer rules from ARCHITECTURE.md: the device layer imports no torch and nothing above it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "msprof_py"
+
+
+def _imports(folder: Path) -> set[str]:
+    names: set[str] = set()
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+    return names
+
+
+def test_device_imports_only_itself_from_the_package_and_never_torch() -> None:
+    for name in _imports(PACKAGE / "device"):
+        assert not name.startswith("torch"), name
+        if name.startswith("msprof_py"):
+            assert name.startswith("msprof_py.device"), name
+
+
+def test_acl_does_not_import_torch() -> None:
+    assert not any(name.startswith("torch") for name in _imports(PACKAGE / "acl"))
+
+
+def test_importing_device_and_acl_loads_no_torch() -> None:
+    code = "import sys, msprof_py.device, msprof_py.acl; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
