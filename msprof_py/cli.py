@@ -49,10 +49,10 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     from rich.table import Table
 
     out = Table(title="Simulated NPU presets" if not spec_file else f"Device spec {spec_file}")
-    columns = ["name", *next(iter(table.values())).keys()]
-    columns.remove("description")
-    for column in columns:
-        out.add_column(column)
-    for name, figures in table.items():
-        out.add_row(name, *(figures[c] for c in columns[1:]))
+    out.add_column("", style="bold", no_wrap=True)
+    for name in table:
+        out.add_column(name, overflow="fold")
+    figures = [key for key in next(iter(table.values())) if key != "description"]
+    for key in figures:
+        out.add_row(key, *(entry[key] for entry in table.values()))
     Console().print(out)

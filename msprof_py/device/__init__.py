@@ -4,10 +4,10 @@ This layer imports nothing else of msprof_py and never imports torch, so it can 
 and benchmarked on its own.
 """
 
+from msprof_py.device.caching import CachingAllocator
 from msprof_py.device.engine import Engine, Event, Stream
 from msprof_py.device.errors import DeviceError, EventNotReadyError
 from msprof_py.device.memory import (
-    CachingAllocator,
     HbmAllocator,
     MallocPolicy,
     NpuOutOfMemoryError,

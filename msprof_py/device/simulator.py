@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from msprof_py.device.caching import CachingAllocator
 from msprof_py.device.engine import Engine
-from msprof_py.device.memory import CachingAllocator, HbmAllocator
+from msprof_py.device.memory import HbmAllocator
 from msprof_py.device.records import RecordBus, Subscriber
 from msprof_py.device.spec import DeviceSpec
 

@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
+from msprof_py.device.caching import CachingAllocator
 from msprof_py.device.errors import DeviceError
 from msprof_py.device.memory import (
-    CachingAllocator,
     HbmAllocator,
     MallocPolicy,
     NpuOutOfMemoryError,

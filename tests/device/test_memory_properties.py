@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msprof_py.device.caching import CachingAllocator
 from msprof_py.device.memory import (
-    CachingAllocator,
     HbmAllocator,
     MallocPolicy,
     NpuOutOfMemoryError,
