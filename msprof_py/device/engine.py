@@ -10,7 +10,8 @@ Host semantics follow ACL and torch_npu: launching a kernel costs the host stage
 the task queue on, stage 2 (aclnn call, tiling, launch) runs on a second host thread in a
 pipeline; runtime API calls cost ``api_call_ns``; synchronize calls and pageable copies block the
 host until the device work they wait for has finished; a full stream (``stream_depth`` tasks in
-flight) blocks the host until its oldest task ends.
+flight) blocks the host until its oldest task ends, and so does a full task queue
+(``task_queue_depth`` launches waiting for stage 2) until the oldest is launched.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class Engine:
         #: the host thread's clock (ns since the device's time origin)
         self.host_ns = 0
         self._stage2_free_ns = 0
+        #: launch times of calls still waiting in the task queue (bounded by its depth)
+        self._queued_launches: deque[int] = deque()
         self._next_task_id = 0
         self._next_stream_id = 0
         self._next_event_id = 0
@@ -206,12 +209,22 @@ class Engine:
             self._block_until(inflight[0], "stream queue full", stream.stream_id)
             while inflight and inflight[0] <= self.host_ns:
                 inflight.popleft()
-        host_start = self.host_ns
-        if self.spec.dispatch.task_queue:
+        dispatch = self.spec.dispatch
+        if dispatch.task_queue:
+            queue = self._queued_launches
+            while queue and queue[0] <= self.host_ns:
+                queue.popleft()
+            if len(queue) >= dispatch.task_queue_depth:
+                self._block_until(queue[0], "task queue full", stream.stream_id)
+                while queue and queue[0] <= self.host_ns:
+                    queue.popleft()
+            host_start = self.host_ns
             self.host_ns = host_start + stage1
             launch = max(self.host_ns, self._stage2_free_ns) + stage2
             self._stage2_free_ns = launch
+            queue.append(launch)
         else:
+            host_start = self.host_ns
             self.host_ns = host_start + stage1 + stage2
             launch = self._stage2_free_ns = self.host_ns
         return host_start, launch
@@ -243,7 +256,8 @@ class Engine:
 
     def _prune(self) -> None:
         self._since_prune = 0
-        horizon = self.host_ns
+        # every future task launches at or after both the host clock and the queue frontier
+        horizon = max(self.host_ns, self._stage2_free_ns)
         for pool in self.pools.values():
             pool.prune(horizon)
 

@@ -121,6 +121,7 @@ class DispatchSpec:
     stage1_ns: int
     stage2_ns: int
     task_queue: bool
+    task_queue_depth: int
     device_sched_ns: int
     api_call_ns: int
     sync_ns: int
@@ -432,6 +433,7 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
             ("stage1_us", "stage1_ns", _us_to_ns),
             ("stage2_us", "stage2_ns", _us_to_ns),
             ("task_queue", "task_queue", _bool),
+            ("task_queue_depth", "task_queue_depth", _int(1)),
             ("device_sched_us", "device_sched_ns", _us_to_ns),
             ("api_call_us", "api_call_ns", _us_to_ns),
             ("sync_us", "sync_ns", _us_to_ns),

@@ -1,0 +1,375 @@
+"""The Python PrivateUse1 backend: every ATen op on an npu tensor runs here.
+
+One boxed fallback handles all ops: view ops are redispatched to the Meta kernels, which build
+the alias on the npu tensor without touching data; every other op runs on the host views of its
+npu inputs (real values on CPU, or meta tensors with numerics "none"), its outputs are adopted
+as npu tensors, and the kernels it amounts to are launched on the simulated device on the
+current stream (after any TransData its formats need). A few ops have explicit kernels:
+factories, copies, ``.item()`` and the convolutions (whose CompositeExplicitAutograd defaults
+would refuse to run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from msprof_py.adapter import formats, runtime
+from msprof_py.adapter.errors import NumericsNoneError
+from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
+from msprof_py.adapter.runtime import AdapterState
+from msprof_py.adapter.tensors import adopt, host_view, resync, set_storage_format, storage_format
+from msprof_py.device import costmodel
+
+_META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
+#: ops that may take CPU index tensors alongside npu tensors, as on CUDA
+_CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
+_MISMATCH = (
+    "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
+)
+
+
+@dataclass(slots=True)
+class OpPlan:
+    """What the fallback needs to know about one op overload, computed once."""
+
+    op: torch._ops.OpOverload
+    base: str
+    name: str
+    view: bool
+    #: (positional index, name) of arguments the op writes
+    writes: tuple[tuple[int, str], ...]
+    #: for each return: the index into ``writes`` it aliases, or None for a fresh tensor
+    returns_alias: tuple[int | None, ...]
+    returns_value: bool
+    host_call: Callable[..., Any] | None = None
+
+
+_PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
+
+
+def plan_of(op: torch._ops.OpOverload) -> OpPlan:
+    """The cached :class:`OpPlan` of ``op``."""
+    plan = _PLANS.get(op)
+    if plan is None:
+        plan = _PLANS[op] = _make_plan(op)
+    return plan
+
+
+def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
+    schema = op._schema
+    base = schema.name.split("::", 1)[-1]
+    writes = tuple(
+        (i, a.name)
+        for i, a in enumerate(schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+    view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    aliases: list[int | None] = []
+    for ret in schema.returns:
+        found = None
+        if ret.alias_info is not None and ret.alias_info.is_write:
+            for k, (i, _) in enumerate(writes):
+                arg_alias = schema.arguments[i].alias_info
+                if arg_alias is not None and arg_alias.before_set == ret.alias_info.before_set:
+                    found = k
+                    break
+        aliases.append(found)
+    returns_value = any(
+        not isinstance(r.type, (torch.TensorType, torch.ListType, torch.OptionalType))
+        for r in schema.returns
+    )
+    return OpPlan(op, base, f"aten::{base}", view, writes, tuple(aliases), returns_value)
+
+
+# ---- the fallback ------------------------------------------------------------------------
+
+
+def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """The boxed PrivateUse1 kernel for every op without an explicit one."""
+    state = runtime.STATE
+    assert state is not None
+    state.enter()
+    try:
+        plan = plan_of(op)
+        if plan.view:
+            return op.redispatch(_META_KEYS, *args, **kwargs)
+        return execute(state, plan, args, kwargs)
+    finally:
+        state.leave()
+
+
+def whole_op_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    """A kernel registered directly for ``op`` (skips torch's empty + ``.out`` decomposition)."""
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return fallback(op, *args, **kwargs)
+
+    return kernel
+
+
+class _Unwrapped:
+    """Host views of an op's npu arguments, and the npu tensors they came from."""
+
+    __slots__ = ("cpu_seen", "meta", "npu", "views")
+
+    def __init__(self, meta: bool) -> None:
+        self.meta = meta
+        self.npu: list[torch.Tensor] = []
+        self.views: list[torch.Tensor] = []
+        self.cpu_seen = False
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if v.device.type == "npu":
+                view = host_view(v)
+                self.npu.append(v)
+                self.views.append(view)
+                return view
+            if v.dim() > 0:
+                self.cpu_seen = True
+            return v
+        if isinstance(v, (list, tuple)) and v and isinstance(v[0], (torch.Tensor, type(None))):
+            return type(v)(self.value(x) for x in v)
+        if isinstance(v, torch.device) and v.type == "npu":
+            return _HOST_DEVICE[self.meta]
+        return v
+
+
+def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
+    call = plan.host_call or plan.op
+    try:
+        return call(*args, **kwargs)
+    except (NotImplementedError, RuntimeError) as exc:
+        if state.meta and "meta" in str(exc).lower():
+            raise NumericsNoneError(f"{plan.name} ({plan.op})") from None
+        raise
+
+
+def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
+    """Run a non-view op: host computation, device kernels, npu outputs."""
+    unwrap = _Unwrapped(state.meta)
+    host_args = tuple(unwrap.value(a) for a in args)
+    host_kwargs = {k: unwrap.value(v) for k, v in kwargs.items()}
+    if unwrap.cpu_seen and unwrap.npu and plan.base not in _CPU_INDEX_OK:
+        raise RuntimeError(_MISMATCH)
+    if plan.returns_value:
+        sync_for_value(state, plan.name)
+    ref_format = _prepare_formats(state, plan.base, args, unwrap)
+    result = _run_on_host(state, plan, host_args, host_kwargs)
+
+    for i, name in plan.writes:  # out= and in-place ops may resize or re-point their output
+        target = args[i] if i < len(args) else kwargs.get(name)
+        view = host_args[i] if i < len(args) else host_kwargs.get(name)
+        if isinstance(target, torch.Tensor) and target.device.type == "npu":
+            resync(target, view, state, plan.name)
+
+    outputs: list[torch.Tensor | None] = []
+    wrapped = _wrap_result(state, plan, result, args, kwargs, outputs)
+    _tag_outputs(plan.base, outputs, ref_format)
+    if not plan.returns_value:
+        launch(state, plan, unwrap.npu, outputs, args)
+    return wrapped
+
+
+def _wrap_result(
+    state: AdapterState,
+    plan: OpPlan,
+    result: Any,
+    args: tuple,
+    kwargs: dict,
+    outputs: list[torch.Tensor | None],
+) -> Any:
+    if plan.returns_value or result is None:
+        return result
+    single = len(plan.returns_alias) == 1
+    results = (result,) if single else result
+    wrapped = []
+    for k, value in enumerate(results):
+        alias = plan.returns_alias[k] if k < len(plan.returns_alias) else None
+        if alias is not None:
+            i, name = plan.writes[alias]
+            target = args[i] if i < len(args) else kwargs.get(name)
+            wrapped.append(target)
+            if isinstance(target, torch.Tensor):
+                outputs.append(target)
+            elif isinstance(target, (list, tuple)):
+                outputs.extend(target)
+        else:
+            wrapped.append(_adopt_value(state, value, plan.name, outputs))
+    return wrapped[0] if single else type(result)(wrapped) if isinstance(result, tuple) else wrapped
+
+
+def _adopt_value(
+    state: AdapterState, value: Any, tag: str, outputs: list[torch.Tensor | None]
+) -> Any:
+    if isinstance(value, torch.Tensor):
+        out = adopt(value, state, tag)
+        outputs.append(out)
+        return out
+    if isinstance(value, (list, tuple)):
+        return type(value)(_adopt_value(state, v, tag, outputs) for v in value)
+    outputs.append(None)
+    return value
+
+
+# ---- formats -----------------------------------------------------------------------------
+
+
+def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True) -> None:
+    """Launch a TransData re-laying ``t``'s storage into ``dst``.
+
+    With ``retag`` the storage keeps the new format (a conversion in place, as for conv weights
+    and optimizer states); without, the converted copy is a temporary for one consumer and the
+    tensor stays in its format, so the next consumer pays again (as on torch_npu).
+    """
+    current = storage_format(t)
+    src, shape = current if current is not None else (formats.ND, tuple(t.shape))
+    if src == dst:
+        return
+    cost = costmodel.transdata_cost(state.npu.spec, shape, dtype_name(t.dtype), src, dst)
+    _submit(
+        state, "TransData", "TransData", cost, ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
+    )
+    if retag:
+        set_storage_format(t, dst, shape)
+
+
+def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwrapped) -> str | None:
+    """Convert inputs to the formats the op's kernel needs; return the format it works in."""
+    needs = formats.conv_input_formats(base, len(args))
+    if needs:
+        for index, fmt in needs.items():
+            t = args[index] if index < len(args) else None
+            if (
+                isinstance(t, torch.Tensor)
+                and t.device.type == "npu"
+                and formats.private_allowed(t)
+            ):
+                transdata(state, t, fmt)
+        return None
+    if formats.is_agnostic(base):
+        ref = None
+        for t in unwrap.npu:
+            fmt = storage_format(t)
+            if fmt is not None and fmt[1] == tuple(t.shape):
+                ref = fmt[0]
+                break
+        if ref is None:
+            return None
+        for t in unwrap.npu:
+            fmt = storage_format(t)
+            if fmt is None and formats.private_allowed(t) and t.is_contiguous():
+                transdata(state, t, ref)
+            elif fmt is not None and fmt[1] != tuple(t.shape):
+                transdata(state, t, formats.ND)
+        return ref
+    for t in unwrap.npu:
+        if storage_format(t) is not None:
+            transdata(state, t, formats.ND, retag=False)
+    return None
+
+
+def _tag_outputs(base: str, outputs: list[torch.Tensor | None], ref: str | None) -> None:
+    conv = formats.conv_output_formats(base)
+    if conv:
+        for out, fmt in zip(outputs, conv, strict=False):
+            if out is not None and formats.private_allowed(out) and fmt != formats.ND:
+                set_storage_format(out, fmt, tuple(out.shape))
+        return
+    if ref is not None:
+        for out in outputs:
+            if out is not None and formats.private_allowed(out) and storage_format(out) is None:
+                set_storage_format(out, ref, tuple(out.shape))
+
+
+# ---- device work -------------------------------------------------------------------------
+
+
+_KernelKey = tuple
+_KERNEL_CACHE: dict[_KernelKey, tuple[PlannedKernel, ...]] = {}
+_KERNEL_CACHE_LIMIT = 100_000
+
+
+def _key(t: torch.Tensor) -> tuple[torch.Size, torch.dtype, str]:
+    """(shape, dtype, format as stored) of an npu tensor: what its cost depends on."""
+    fmt = storage_format(t)
+    shape = t.shape
+    if fmt is not None and fmt[1] == tuple(shape):
+        return shape, t.dtype, fmt[0]
+    return shape, t.dtype, formats.ND
+
+
+def _info(key: tuple[torch.Size, torch.dtype, str]) -> TensorInfo:
+    return TensorInfo(tuple(key[0]), key[1], key[2])
+
+
+def launch(
+    state: AdapterState,
+    plan: OpPlan,
+    inputs: list[torch.Tensor],
+    outputs: list[torch.Tensor | None],
+    args: tuple,
+) -> None:
+    """Launch the kernels ``plan``'s op amounts to on the current stream.
+
+    Costs are cached by op and (shape, dtype, format) of every tensor: a training loop repeats
+    the same ops on the same shapes, so after the first step each op costs one lookup.
+    """
+    groups = 1
+    if plan.base == "convolution_overrideable" or plan.base == "convolution_backward_overrideable":
+        groups = int(args[8]) if len(args) > 8 else 1
+    in_keys = tuple(_key(t) for t in inputs)
+    out_keys = tuple(None if o is None else _key(o) for o in outputs)
+    cache_key = (plan.base, groups, in_keys, out_keys)
+    kernels = _KERNEL_CACHE.get(cache_key)
+    if kernels is None:
+        in_info = [_info(k) for k in in_keys]
+        out_info = [None if k is None else _info(k) for k in out_keys]
+        kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups))
+        if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
+            _KERNEL_CACHE.clear()
+        _KERNEL_CACHE[cache_key] = kernels
+    present = tuple(k for k in out_keys if k is not None)
+    for kernel in kernels:
+        _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
+
+
+def _submit(
+    state: AdapterState,
+    name: str,
+    op_type: str,
+    cost: costmodel.KernelCost,
+    ins: tuple,
+    outs: tuple,
+) -> None:
+    engine = state.npu.engine
+    if not state.npu.bus.active:
+        engine.submit_kernel(state.stream, cost, name=name, op_type=op_type)
+        return
+    engine.submit_kernel(
+        state.stream,
+        cost,
+        name=name,
+        op_type=op_type,
+        input_shapes=tuple(tuple(s) for s, _, _ in ins),
+        input_dtypes=tuple(dtype_name(d) for _, d, _ in ins),
+        input_formats=tuple(f for _, _, f in ins),
+        output_shapes=tuple(tuple(s) for s, _, _ in outs),
+        output_dtypes=tuple(dtype_name(d) for _, d, _ in outs),
+        output_formats=tuple(f for _, _, f in outs),
+    )
+
+
+def sync_for_value(state: AdapterState, name: str) -> None:
+    """The host needs a value computed on the device: wait for the stream, copy it back."""
+    if state.meta:
+        raise NumericsNoneError(name)
+    from msprof_py.device import CopyKind
+
+    engine = state.npu.engine
+    engine.submit_memcpy(state.stream, CopyKind.D2H, 8, pinned=False, name=f"{name} (value)")

@@ -1,0 +1,95 @@
+"""Small patches that make torch's generic code work with the Python npu backend.
+
+- ``torch.save`` of npu tensors: serialise through a CPU copy, reload onto npu.
+- ``torch.accelerator`` functions the Python backend cannot serve natively (synchronize, memory
+  statistics) are forwarded to ``torch.npu``.
+- ``torch.compile``'s default backend (inductor) cannot lower npu graphs; for graphs with npu
+  inputs it is replaced by ``aot_eager``, whose ATen ops still run on the device.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _patch_save() -> None:
+    original = torch.Tensor._reduce_ex_internal
+
+    @functools.wraps(original)
+    def reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
+        if self.device.type == "npu":
+            rebuild = torch._utils._rebuild_device_tensor_from_cpu_tensor
+            return rebuild, (self.cpu(), self.dtype, str(self.device), self.requires_grad)
+        return original(self, proto)
+
+    torch.Tensor._reduce_ex_internal = reduce_ex_internal  # type: ignore[method-assign]
+
+
+_ACCELERATOR_FORWARDS = {
+    "synchronize": "synchronize",
+    "memory_allocated": "memory_allocated",
+    "max_memory_allocated": "max_memory_allocated",
+    "memory_reserved": "memory_reserved",
+    "max_memory_reserved": "max_memory_reserved",
+    "memory_stats": "memory_stats",
+    "reset_peak_memory_stats": "reset_peak_memory_stats",
+    "empty_cache": "empty_cache",
+    "get_memory_info": "mem_get_info",
+}
+
+
+def _forward(original: Callable[..., Any], target: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def forwarded(device: Any = None, *args: Any, **kwargs: Any) -> Any:
+        on_npu = device is None or torch.device(device).type == "npu"
+        if on_npu and torch.accelerator.current_accelerator().type == "npu":
+            return target(*args, **kwargs) if device is None else target(device, *args, **kwargs)
+        return original(device, *args, **kwargs)
+
+    return forwarded
+
+
+def _patch_accelerator(npu_module: Any) -> None:
+    for name, target in _ACCELERATOR_FORWARDS.items():
+        original = getattr(torch.accelerator, name, None)
+        if original is not None:
+            setattr(torch.accelerator, name, _forward(original, getattr(npu_module, target)))
+        memory = getattr(torch.accelerator, "memory", None)
+        if memory is not None and getattr(memory, name, None) is not None:
+            setattr(memory, name, _forward(getattr(memory, name), getattr(npu_module, target)))
+
+
+def _has_npu_input(example_inputs: Any) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "npu" for t in example_inputs)
+
+
+def _npu_aware_inductor(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    from torch._dynamo.backends.registry import lookup_backend
+
+    name = "aot_eager" if _has_npu_input(example_inputs) else "inductor"
+    return lookup_backend(name)(gm, example_inputs)
+
+
+def _patch_compile() -> None:
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile(model: Any = None, *, backend: Any = "inductor", **kwargs: Any) -> Any:
+        if backend == "inductor":
+            backend = _npu_aware_inductor
+        if model is None:
+            return original(backend=backend, **kwargs)
+        return original(model, backend=backend, **kwargs)
+
+    torch.compile = compile  # type: ignore[assignment]
+
+
+def apply(npu_module: Any) -> None:
+    """Apply every patch (once per process)."""
+    _patch_save()
+    _patch_accelerator(npu_module)
+    _patch_compile()

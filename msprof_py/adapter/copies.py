@@ -1,0 +1,104 @@
+"""Copies between host and npu memory, and within the device, as DMA tasks.
+
+Host-to-device and device-to-host copies are DMA tasks on the current stream. A copy from or to
+pinned host memory (``pin_memory()``) with ``non_blocking=True`` returns at once; any other
+copy leaves the host waiting for it, as on real hardware. Data held in a private format is
+converted back to ND (TransData) before it leaves the device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from msprof_py.adapter import formats, runtime
+from msprof_py.adapter.backend import transdata
+from msprof_py.adapter.errors import NumericsNoneError
+from msprof_py.adapter.opcost import dtype_name
+from msprof_py.adapter.runtime import AdapterState
+from msprof_py.adapter.tensors import host_view, set_storage_format, storage_format
+from msprof_py.device import CopyKind, costmodel
+
+
+def is_pinned_host(t: torch.Tensor) -> bool:
+    """True when CPU tensor ``t`` lives in (simulated) page-locked memory."""
+    return bool(getattr(t.untyped_storage(), "_msprof_pinned", False))
+
+
+def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_type: str) -> None:
+    nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
+    cost = costmodel.vector_cost(
+        state.npu.spec, elements=dst.numel(), dtype=dtype_name(dst.dtype), bytes_moved=nbytes
+    )
+    state.npu.engine.submit_kernel(state.stream, cost, name="aten::copy_", op_type=op_type)
+
+
+def copy(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """Copy ``src`` into ``dst`` where at least one of them is an npu tensor."""
+    state = runtime.state()
+    state.enter()
+    try:
+        if src.device.type == "npu" and dst.device.type == "npu":
+            _device_to_device(state, src, dst)
+        elif dst.device.type == "npu":
+            _host_to_device(state, src, dst, non_blocking)
+        else:
+            _device_to_host(state, src, dst, non_blocking)
+        return dst
+    finally:
+        state.leave()
+
+
+def _host_to_device(
+    state: AdapterState, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool
+) -> None:
+    pinned = is_pinned_host(src)
+    state.npu.engine.submit_memcpy(
+        state.stream,
+        CopyKind.H2D,
+        src.numel() * src.element_size(),
+        pinned=pinned,
+        blocking=not (pinned and non_blocking),
+        name="aten::copy_ (H2D)",
+    )
+    if src.dtype != dst.dtype:
+        _cast_kernel(state, src, dst, "Cast")
+    fmt = storage_format(dst)
+    if not state.meta:
+        host_view(dst).copy_(src)
+    if fmt is not None:  # the host sent ND data into a private-format tensor: re-lay it
+        set_storage_format(dst, None)
+        transdata(state, dst, fmt[0])
+
+
+def _device_to_host(
+    state: AdapterState, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool
+) -> None:
+    if state.meta:
+        raise NumericsNoneError("copying npu tensor values to the host (.cpu(), .to('cpu'))")
+    if storage_format(src) is not None:
+        transdata(state, src, formats.ND, retag=False)
+    pinned = is_pinned_host(dst)
+    state.npu.engine.submit_memcpy(
+        state.stream,
+        CopyKind.D2H,
+        src.numel() * src.element_size(),
+        pinned=pinned,
+        blocking=not (pinned and non_blocking),
+        name="aten::copy_ (D2H)",
+    )
+    dst.copy_(host_view(src))
+
+
+def _device_to_device(state: AdapterState, src: torch.Tensor, dst: torch.Tensor) -> None:
+    src_fmt, dst_fmt = storage_format(src), storage_format(dst)
+    if src_fmt is not None and (dst_fmt is None or dst_fmt[0] != src_fmt[0]):
+        transdata(state, src, dst_fmt[0] if dst_fmt is not None else formats.ND, retag=False)
+    plain = src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous()
+    if plain and src.shape == dst.shape:
+        state.npu.engine.submit_memcpy(
+            state.stream, CopyKind.D2D, src.numel() * src.element_size(), name="aten::copy_ (D2D)"
+        )
+    else:
+        _cast_kernel(state, src, dst, "Cast" if src.dtype != dst.dtype else "ViewCopy")
+    if not state.meta:
+        host_view(dst).copy_(host_view(src))

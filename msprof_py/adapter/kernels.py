@@ -1,0 +1,202 @@
+"""Explicit PrivateUse1 kernels, and the registration of the backend with the dispatcher."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from msprof_py.adapter import backend, copies, runtime
+from msprof_py.adapter.tensors import host_view, new_tensor
+
+aten = torch.ops.aten
+_PLAIN_FORMATS = (torch.contiguous_format, torch.preserve_format)
+_LIBRARIES: list[torch.library.Library] = []
+
+
+# ---- factories ---------------------------------------------------------------------------
+
+
+def empty_memory_format(
+    size: list[int],
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+    memory_format: torch.memory_format | None = None,
+) -> torch.Tensor:
+    """``torch.empty(..., device="npu")``: device memory from the caching allocator."""
+    dtype = dtype or torch.get_default_dtype()
+    stride = None
+    if memory_format is not None and memory_format not in _PLAIN_FORMATS:
+        stride = torch.empty(size, dtype=dtype, device="meta", memory_format=memory_format).stride()
+    return new_tensor(size, stride, dtype, runtime.state(), "aten::empty")
+
+
+def empty_strided(
+    size: list[int],
+    stride: list[int],
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+) -> torch.Tensor:
+    """``torch.empty_strided(..., device="npu")``."""
+    dtype = dtype or torch.get_default_dtype()
+    return new_tensor(size, stride, dtype, runtime.state(), "aten::empty_strided")
+
+
+# ---- copies ------------------------------------------------------------------------------
+
+
+def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """``aten::_copy_from``: the copy between npu and host memory behind ``copy_``."""
+    return copies.copy(src, dst, non_blocking)
+
+
+def copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """``aten::_copy_from_and_resize``."""
+    if dst.shape != src.shape:
+        dst.resize_(src.shape)
+    return copies.copy(src, dst)
+
+
+def to_copy(
+    self: torch.Tensor,
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: torch.device | None = None,
+    pin_memory: bool | None = None,
+    non_blocking: bool = False,
+    memory_format: torch.memory_format | None = None,
+) -> torch.Tensor:
+    """``aten::_to_copy``: ``.to(device, dtype)``, ``.cpu()``, ``.npu()``."""
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type == "npu":
+        dst = torch.empty(self.shape, dtype=dtype, device="npu")
+    else:
+        dst = torch.empty(self.shape, dtype=dtype, device=target)
+        if non_blocking or pin_memory:
+            dst.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
+    return copies.copy(self, dst, non_blocking)
+
+
+def local_scalar_dense(self: torch.Tensor) -> Any:
+    """``.item()``: the host waits for the device and copies the value back."""
+    state = runtime.state()
+    state.enter()
+    try:
+        backend.sync_for_value(state, "Tensor.item() (aten::_local_scalar_dense)")
+        return host_view(self).item()
+    finally:
+        state.leave()
+
+
+def record_stream(self: torch.Tensor, stream: Any) -> None:
+    """``Tensor.record_stream``: the caching allocator here frees at once; nothing to do."""
+
+
+# ---- convolutions: run the CPU kernels ---------------------------------------------------
+
+
+def _conv_forward(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+) -> torch.Tensor:
+    return aten.convolution.default(
+        input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    )
+
+
+def _conv_backward(
+    grad_output: torch.Tensor,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    output_mask: list[bool],
+) -> tuple[torch.Tensor, ...]:
+    bias_sizes = [weight.shape[1] if transposed else weight.shape[0]] if output_mask[2] else None
+    return aten.convolution_backward.default(
+        grad_output,
+        input,
+        weight,
+        bias_sizes,
+        stride,
+        padding,
+        dilation,
+        transposed,
+        output_padding,
+        groups,
+        output_mask,
+    )
+
+
+# ---- pinned host memory (CPU kernels) ----------------------------------------------------
+
+
+def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+    """``Tensor.pin_memory()``: a copy in (simulated) page-locked host memory."""
+    out = self.clone()
+    out.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
+    return out
+
+
+def is_pinned(self: torch.Tensor, device: Any = None) -> bool:
+    """``Tensor.is_pinned()`` for CPU tensors."""
+    return copies.is_pinned_host(self)
+
+
+# ---- registration ------------------------------------------------------------------------
+
+
+def register() -> None:
+    """Register the fallback and the explicit kernels (once per process)."""
+    fallback_lib = torch.library.Library("_", "IMPL")
+    fallback_lib.fallback(backend.fallback, "PrivateUse1")
+    autocast = torch.library.Library("_", "IMPL")
+    autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    impl = torch.library.Library("aten", "IMPL")
+    _LIBRARIES.extend([fallback_lib, autocast, impl])
+
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
+            name, "CompositeExplicitAutogradNonFunctional"
+        ):
+            packet, _, overload = name[len("aten::") :].partition(".")
+            op = getattr(getattr(aten, packet), overload or "default")
+            impl.impl(name[len("aten::") :], backend.whole_op_kernel(op), "PrivateUse1")
+
+    explicit = {
+        "empty.memory_format": empty_memory_format,
+        "empty_strided": empty_strided,
+        "_copy_from": copy_from,
+        "_copy_from_and_resize": copy_from_and_resize,
+        "_to_copy": to_copy,
+        "_local_scalar_dense": local_scalar_dense,
+        "record_stream": record_stream,
+    }
+    for name, fn in explicit.items():
+        impl.impl(name, fn, "PrivateUse1")
+
+    forward = aten.convolution_overrideable.default
+    backward = aten.convolution_backward_overrideable.default
+    backend.plan_of(forward).host_call = _conv_forward
+    backend.plan_of(backward).host_call = _conv_backward
+    impl.impl("convolution_overrideable", backend.whole_op_kernel(forward), "PrivateUse1")
+    impl.impl("convolution_backward_overrideable", backend.whole_op_kernel(backward), "PrivateUse1")
+
+    impl.impl("_pin_memory", pin_memory, "CPU")
+    impl.impl("is_pinned", is_pinned, "CPU")

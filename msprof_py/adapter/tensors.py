@@ -1,0 +1,188 @@
+"""npu tensors and the host storage behind them.
+
+An npu tensor is an ordinary ``torch.Tensor`` on device ``npu:0`` whose own storage holds no
+bytes (``torch._C._acc.create_empty_tensor``). The values live in a *backing* storage — a CPU
+storage with numerics ``cpu``, a meta storage with numerics ``none`` — kept as attribute
+``_npu`` of the npu storage's Python object. Torch keeps that Python object alive exactly as
+long as the storage, so views, ``.data`` and ``detach`` share the backing bytes, and the
+simulated device memory returns to the caching allocator when torch frees the storage.
+
+Attributes on the npu storage object:
+- ``_npu``: the backing ``UntypedStorage``;
+- ``_npu_mem``: the device memory it holds (returned when the object dies);
+- ``_npu_fmt``: ``(format, logical shape)`` when the data is held in an NPU-private format
+  (NC1HWC0, FRACTAL_Z ...); absent for ND.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+
+import torch
+
+from msprof_py.adapter.errors import raise_oom
+from msprof_py.adapter.runtime import AdapterState
+from msprof_py.device import NpuOutOfMemoryError
+from msprof_py.device.caching import Block, CachingAllocator
+
+_META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_create_empty = torch._C._acc.create_empty_tensor
+_set_meta = torch.ops.aten.set_.source_Storage_storage_offset.redispatch
+_META = torch.device("meta")
+_CPU = torch.device("cpu")
+
+
+def is_npu(value: object) -> bool:
+    """True for a tensor on the npu device."""
+    return isinstance(value, torch.Tensor) and value.device.type == "npu"
+
+
+def backing_storage(t: torch.Tensor) -> torch.UntypedStorage:
+    """The CPU (or meta) storage that holds ``t``'s values."""
+    try:
+        return t.untyped_storage()._npu  # type: ignore[attr-defined]
+    except AttributeError:
+        raise RuntimeError(
+            "this npu tensor has no backing storage (was it created outside msprof-py?)"
+        ) from None
+
+
+def host_view(t: torch.Tensor) -> torch.Tensor:
+    """A CPU (or meta) tensor aliasing ``t``'s values with ``t``'s sizes, strides and offset."""
+    storage = backing_storage(t)
+    view = torch.empty(0, dtype=t.dtype, device=storage.device)
+    return view.set_(storage, t.storage_offset(), t.size(), t.stride())
+
+
+def reserve(nbytes: int, state: AdapterState, tag: str) -> Block:
+    """Device memory for a new storage of ``nbytes`` (raises torch's OutOfMemoryError)."""
+    try:
+        return state.npu.memory.malloc(nbytes, stream_id=state.stream.stream_id, tag=tag)
+    except NpuOutOfMemoryError as exc:
+        raise_oom(exc)
+
+
+class _DeviceMemory:
+    """Device memory held by one npu storage; freed when the storage's Python object dies.
+
+    Torch keeps that object alive exactly as long as the storage, so the block returns to the
+    caching allocator when torch frees the storage (cheaper than a weakref finalizer).
+    """
+
+    __slots__ = ("address", "memory")
+
+    def __init__(self, memory: CachingAllocator, address: int) -> None:
+        self.memory = memory
+        self.address = address
+
+    def __del__(self) -> None:
+        # at interpreter shutdown the allocator may already be gone: nothing to return then
+        with contextlib.suppress(Exception):
+            self.memory.free(self.address)
+
+
+def _attach(
+    npu_storage: torch.UntypedStorage,
+    backing: torch.UntypedStorage,
+    state: AdapterState,
+    tag: str,
+    block: Block | None = None,
+) -> None:
+    if block is None:
+        block = reserve(backing.nbytes(), state, tag)
+    npu_storage._npu = backing  # type: ignore[attr-defined]
+    # replacing the attribute frees the memory of a storage that was re-pointed or grown
+    npu_storage._npu_mem = (  # type: ignore[attr-defined]
+        _DeviceMemory(state.npu.memory, block.address) if block.size else None
+    )
+
+
+def adopt(
+    result: torch.Tensor, state: AdapterState, tag: str, block: Block | None = None
+) -> torch.Tensor:
+    """An npu tensor that takes over the values of the fresh host tensor ``result``.
+
+    ``block`` is device memory already reserved for it (factories reserve before allocating
+    host memory, so a request the device cannot hold fails as an npu out-of-memory error).
+    """
+    out = _create_empty(result.shape, result.dtype)
+    _attach(out.untyped_storage(), result.untyped_storage(), state, tag, block)
+    if result.storage_offset() or result.stride() != out.stride():
+        _set_meta(
+            _META_KEYS,
+            out,
+            out.untyped_storage(),
+            result.storage_offset(),
+            result.shape,
+            result.stride(),
+        )
+    return out
+
+
+def new_tensor(
+    size: Sequence[int],
+    stride: Sequence[int] | None,
+    dtype: torch.dtype,
+    state: AdapterState,
+    tag: str,
+) -> torch.Tensor:
+    """A new, uninitialised npu tensor (``torch.empty`` on the device).
+
+    Device memory is reserved first, so a request the simulated device cannot hold fails as an
+    npu out-of-memory error before any host memory is touched.
+    """
+    if stride is None:
+        stride = _contiguous_strides(size)
+    numel = math.prod(size)
+    elements = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+    block = reserve(elements * dtype.itemsize, state, tag)
+    device = _META if state.meta else _CPU
+    try:
+        host = torch.empty_strided(size, stride, dtype=dtype, device=device)
+    except BaseException:
+        state.npu.memory.free(block.address)
+        raise
+    return adopt(host, state, tag, block)
+
+
+def _contiguous_strides(size: Sequence[int]) -> list[int]:
+    strides, running = [], 1
+    for n in reversed(size):
+        strides.append(running)
+        running *= max(n, 1)
+    return strides[::-1]
+
+
+def resync(t: torch.Tensor, view: torch.Tensor, state: AdapterState, tag: str) -> None:
+    """After a host op resized or re-pointed ``view``, make npu tensor ``t`` match it."""
+    same_meta = (
+        t.shape == view.shape
+        and t.stride() == view.stride()
+        and t.storage_offset() == view.storage_offset()
+    )
+    storage = t.untyped_storage()
+    backing = view.untyped_storage()
+    old = getattr(storage, "_npu", None)
+    grown = old is not None and old.nbytes() != backing.nbytes()
+    if same_meta and old is backing and not grown:
+        return
+    if old is not backing or grown:
+        _attach(storage, backing, state, tag)
+    _set_meta(_META_KEYS, t, storage, view.storage_offset(), view.shape, view.stride())
+
+
+def storage_format(t: torch.Tensor) -> tuple[str, tuple[int, ...]] | None:
+    """``(format, logical shape)`` of ``t``'s data when held in a private format, else None."""
+    return getattr(t.untyped_storage(), "_npu_fmt", None)
+
+
+def set_storage_format(t: torch.Tensor, fmt: str | None, shape: tuple[int, ...] = ()) -> None:
+    """Tag ``t``'s storage as held in ``fmt`` (None or ``"ND"``: the plain layout)."""
+    storage = t.untyped_storage()
+    if fmt is None or fmt == "ND":
+        if hasattr(storage, "_npu_fmt"):
+            del storage._npu_fmt  # type: ignore[attr-defined]
+    else:
+        storage._npu_fmt = (fmt, shape)  # type: ignore[attr-defined]
