@@ -53,7 +53,7 @@ def check_torch() -> None:
     if not version.startswith(REQUIRED_TORCH + "."):
         raise BackendUnavailableError(
             f"msprof-py's npu device needs torch {REQUIRED_TORCH}.*, found torch "
-            f"{torch.__version__} (install: pip install -c constraints.txt 'torch=={REQUIRED_TORCH}.0')"
+            f"{torch.__version__} (pip install -c constraints.txt 'torch=={REQUIRED_TORCH}.0')"
         )
     missing = _missing()
     if missing:
