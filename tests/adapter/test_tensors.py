@@ -1,0 +1,103 @@
+"""Tensors on the npu device behave like tensors on a real out-of-tree device."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from msprof_py.device import SimulatedNpu, TaskKind, TaskLog
+
+
+def test_device_basics(npu: SimulatedNpu) -> None:
+    assert torch.device("npu:0").type == "npu"
+    x = torch.arange(6.0).reshape(2, 3)
+    for moved in (x.npu(), x.to("npu"), x.to(torch.device("npu:0"))):
+        assert type(moved) is torch.Tensor
+        assert moved.device == torch.device("npu:0") and moved.is_npu and not x.is_npu
+        assert torch.equal(moved.cpu(), x)
+    assert torch.tensor([1.5, 2.5], device="npu").cpu().tolist() == [1.5, 2.5]
+    assert torch.zeros(2, 2, device="npu").sum().item() == 0.0
+    assert str(torch.ones(2, device="npu")) == "tensor([1., 1.], device='npu:0')"
+
+
+def test_random_factories_match_cpu(npu: SimulatedNpu) -> None:
+    torch.manual_seed(7)
+    on_cpu = torch.randn(5, 3)
+    torch.manual_seed(7)
+    on_npu = torch.randn(5, 3, device="npu")
+    assert torch.equal(on_cpu, on_npu.cpu())
+    torch.npu.manual_seed(3)
+    a = torch.rand(4, device="npu").cpu()
+    torch.npu.manual_seed_all(3)
+    assert torch.equal(a, torch.rand(4, device="npu").cpu())
+
+
+def test_views_share_storage_and_cost_nothing(npu: SimulatedNpu, log: TaskLog) -> None:
+    x = torch.arange(12.0, device="npu")
+    before = len(log.tasks)
+    v = x.view(3, 4).t()[1:]
+    assert len(log.tasks) == before  # views run no kernel
+    assert v.shape == (3, 3) and not v.is_contiguous()
+    v.mul_(10)
+    assert x.cpu().tolist()[1] == 10.0  # writes through the view reach the base
+    assert x.untyped_storage()._npu is v.untyped_storage()._npu
+
+
+def test_out_and_resizing_ops(npu: SimulatedNpu) -> None:
+    out = torch.empty(0, device="npu")
+    torch.arange(5, out=out)
+    assert out.shape == (5,) and out.cpu().tolist() == [0, 1, 2, 3, 4]
+    x = torch.randn(4, 4, device="npu")
+    assert torch.equal(torch.isfinite(x).cpu(), torch.isfinite(x.cpu()))
+    y = torch.cat([x, x], dim=0)
+    assert y.shape == (8, 4) and torch.equal(y.cpu(), torch.cat([x.cpu(), x.cpu()]))
+
+
+def test_mixing_devices_is_torchs_error(npu: SimulatedNpu) -> None:
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="npu") + torch.ones(3)
+    assert (torch.ones(3, device="npu") + torch.tensor(2.0)).cpu().tolist() == [3.0] * 3
+    with pytest.raises(TypeError, match="can't convert npu:0 device type tensor to numpy"):
+        torch.ones(2, device="npu").numpy()
+
+
+def test_save_and_load_state_dicts(npu: SimulatedNpu) -> None:
+    model = torch.nn.Linear(3, 2).to("npu")
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "t": torch.arange(4, device="npu")}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert loaded["t"].device.type == "npu" and loaded["t"].cpu().tolist() == [0, 1, 2, 3]
+    for key, value in model.state_dict().items():
+        assert loaded["model"][key].device.type == "npu"
+        assert torch.equal(loaded["model"][key].cpu(), value.cpu())
+    fresh = torch.nn.Linear(3, 2).to("npu")
+    fresh.load_state_dict(loaded["model"])
+    assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
+
+
+def test_item_and_value_ops_wait_for_the_device(npu: SimulatedNpu, log: TaskLog) -> None:
+    engine = npu.engine
+    big = torch.randn(2048, 2048, device="npu")
+    product = big @ big
+    total = product.sum()
+    kernel_end = log.tasks[-1].end_ns
+    assert engine.host_ns < kernel_end  # asynchronous so far
+    value = total.item()
+    assert isinstance(value, float)
+    assert engine.host_ns > kernel_end  # .item() blocked until the sum was done
+    copy = log.tasks[-1]
+    assert copy.kind is TaskKind.MEMCPY and copy.op_type == "MEMCPY_D2H"
+
+
+def test_modules_train_on_npu(npu: SimulatedNpu) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    model = model.to("npu")
+    assert all(
+        p.device.type == "npu" and isinstance(p, torch.nn.Parameter) for p in model.parameters()
+    )
+    loss = model(torch.randn(5, 4, device="npu")).pow(2).mean()
+    loss.backward()
+    assert all(p.grad is not None and p.grad.device.type == "npu" for p in model.parameters())
