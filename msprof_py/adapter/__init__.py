@@ -62,13 +62,16 @@ def install(
     from msprof_py.adapter.registration import register_device
 
     register_device()
-    from msprof_py.adapter import compat, kernels, npu_module
+    from msprof_py.adapter import amp, compat, kernels, npu_amp, npu_module
 
     runtime.STATE = AdapterState(settings, SimulatedNpu(DeviceSpec.load(device)))
     torch._register_device_module("npu", npu_module)
     kernels.register()
+    amp.register()
     compat.apply(npu_module)
+    npu_module.amp = npu_amp  # type: ignore[attr-defined]
     sys.modules.setdefault("torch.npu", npu_module)
+    sys.modules.setdefault("torch.npu.amp", npu_amp)
     assert torch.npu is npu_module
     return runtime.STATE.npu
 

@@ -339,6 +339,20 @@ def launch(
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
 
 
+def launch_custom(
+    state: AdapterState,
+    name: str,
+    op_type: str,
+    cost: costmodel.KernelCost,
+    inputs: list[torch.Tensor] | tuple,
+    outputs: list[torch.Tensor] | tuple,
+) -> None:
+    """Launch a kernel an adapter-implemented op (fused op, collective) costed itself."""
+    _submit(
+        state, name, op_type, cost, tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
+    )
+
+
 def _submit(
     state: AdapterState,
     name: str,
