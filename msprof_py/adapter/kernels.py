@@ -171,10 +171,16 @@ def register() -> None:
     impl = torch.library.Library("aten", "IMPL")
     _LIBRARIES.extend([fallback_lib, autocast, impl])
 
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
-        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "CompositeExplicitAutogradNonFunctional"
-        ):
+        # structured ops would decompose into empty + .out; ops with both a CPU kernel and a
+        # CompositeExplicitAutograd one (native_layer_norm ...) would decompose differently
+        # from CPU: both run whole, so the host computes exactly what CPU computes
+        whole = name.startswith("aten::") and (
+            has_kernel(name, "CompositeExplicitAutogradNonFunctional")
+            or (has_kernel(name, "CPU") and has_kernel(name, "CompositeExplicitAutograd"))
+        )
+        if whole:
             packet, _, overload = name[len("aten::") :].partition(".")
             op = getattr(getattr(aten, packet), overload or "default")
             impl.impl(name[len("aten::") :], backend.whole_op_kernel(op), "PrivateUse1")

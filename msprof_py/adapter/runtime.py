@@ -33,6 +33,7 @@ class AdapterState:
     stream: Stream = field(init=False)
     measured: bool = field(init=False)
     meta: bool = field(init=False)
+    steps_marked: int = field(init=False, default=0)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)
 

@@ -11,8 +11,17 @@ from msprof_py.adapter import runtime
 from msprof_py.device import engine as device_engine
 
 
-class Stream:
-    """An npu stream: an in-order queue of device work (``torch.npu.Stream``)."""
+class Stream(torch.Stream):
+    """An npu stream: an in-order queue of device work (``torch.npu.Stream``).
+
+    A ``torch.Stream`` (so ``Tensor.record_stream`` accepts it) whose identity is the simulated
+    stream it wraps.
+    """
+
+    def __new__(
+        cls, device: object = None, priority: int = 0, _stream: device_engine.Stream | None = None
+    ) -> Stream:
+        return super().__new__(cls, device="npu")
 
     def __init__(
         self, device: object = None, priority: int = 0, _stream: device_engine.Stream | None = None
@@ -20,7 +29,6 @@ class Stream:
         npu = runtime.state().npu
         self._stream = _stream if _stream is not None else npu.engine.create_stream(priority)
         self.priority = priority
-        self.device = torch.device("npu", 0)
 
     @property
     def stream_id(self) -> int:
@@ -64,6 +72,9 @@ class Stream:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and other._stream is self._stream
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
 
     def __hash__(self) -> int:
         return hash(self._stream.stream_id)

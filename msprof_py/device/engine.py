@@ -379,7 +379,9 @@ class Engine:
         label = name or ("aclrtMemcpyAsync" if not blocking else "aclrtMemcpy")
         duration = copy_ns(self.spec, kind, nbytes, pinned=pinned)
         demand = ((self.pools[_COPY_POOL[kind]], 1),)
-        attrs: dict[str, object] = {"copy_kind": kind.value, "pinned": pinned}
+        attrs: dict[str, object] = {"copy_kind": kind.value}
+        if kind is not CopyKind.D2D:
+            attrs["pinned"] = pinned
         task = self._submit_simple(
             stream,
             TaskKind.MEMCPY,

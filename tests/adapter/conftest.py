@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 
 import pytest
@@ -25,13 +22,3 @@ def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
     npu.subscribe(records)
     yield records
     npu.unsubscribe(records)
-
-
-def run_script(code: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter (for settings a process can only install once)."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )

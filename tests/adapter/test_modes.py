@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import run_script
+from adapter_helpers import run_script
 
 import msprof_py.adapter
 from msprof_py.adapter.selftest import BackendUnavailableError, check_torch

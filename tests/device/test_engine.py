@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import kernel
+from device_helpers import kernel
 
 from msprof_py.device import (
     CopyKind,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import pairwise
 
-from conftest import kernel
+from device_helpers import kernel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

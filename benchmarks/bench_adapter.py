@@ -1,0 +1,246 @@
+"""What running on the npu adapter costs in real time, next to plain CPU eager PyTorch.
+
+Two measurements, both in one process with ``torch.set_num_threads(1)``, each the best of
+several repeats:
+
+1. per-op dispatch overhead (µs per call) of a few micro-ops on tiny tensors, CPU vs npu;
+2. whole training steps (forward, backward, optimizer step; ms per step) of the ResNet and
+   transformer sample models and a small-op MLP, on CPU eager, on CPU under
+   ``torch.profiler.profile(activities=[CPU], record_shapes=True, with_flops=True)`` (the
+   overhead people already accept when profiling: the bar to beat), and on npu.
+
+The npu runs compute every value on the CPU (numerics "cpu") and model the device timeline on
+top, so npu / CPU eager is the adapter's overhead. Ratios are the numbers to compare between
+machines; the absolute times depend on the CPU. The npu rows also give the simulated step
+time the device model predicts (not comparable to the real times).
+
+    python benchmarks/bench_adapter.py [--repeats 5] [--steps 5] [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+import msprof_py.adapter
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "sample_runs"))
+
+NPU = msprof_py.adapter.install()
+
+import train_resnet  # noqa: E402
+import train_transformer  # noqa: E402
+
+
+def best_of(fn: Callable[[], None], repeats: int) -> float:
+    """Shortest wall time of ``repeats`` calls of ``fn`` (seconds), garbage collection off."""
+    best = float("inf")
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return best
+
+
+# ---- 1. per-op dispatch overhead -----------------------------------------------------------
+
+
+def micro_ops(device: str) -> dict[str, Callable[[], object]]:
+    """The micro-ops, each a closure over tensors on ``device``."""
+    a = torch.randn(16).to(device)
+    b = torch.randn(16).to(device)
+    x = torch.randn(16, 16).to(device)
+    y = torch.randn(16, 16).to(device)
+    return {
+        "add (16 elements)": lambda: a + b,
+        "add_ in place (16 elements)": lambda: a.add_(b),
+        "view (16 -> 4x4)": lambda: a.view(4, 4),
+        "mm (16x16 @ 16x16)": lambda: x @ y,
+    }
+
+
+def per_call_us(op: Callable[[], object], calls: int, repeats: int) -> float:
+    """Best-of-``repeats`` real µs per call of ``op`` over loops of ``calls`` calls."""
+
+    def loop() -> None:
+        for _ in range(calls):
+            op()
+
+    loop()  # warm-up: kernel caches, allocator pools
+    return best_of(loop, repeats) / calls * 1e6
+
+
+# ---- 2. whole training steps ---------------------------------------------------------------
+
+
+class SmallOpMLP(nn.Module):
+    """6 x [Linear(64, 64) + LayerNorm + GELU] and a classifier: many small ops per step."""
+
+    def __init__(self, width: int = 64, depth: int = 6, num_classes: int = 10) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+@dataclass
+class Workload:
+    """A model, its optimizer and a fixed batch, built fresh for one device."""
+
+    name: str
+    build: Callable[[str], Callable[[], torch.Tensor]]
+
+
+def _resnet(device: str) -> Callable[[], torch.Tensor]:
+    model = train_resnet.build(0).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    images, labels = train_resnet.synthetic_batch(8)
+    images, labels = images.to(device), labels.to(device)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def _transformer(device: str) -> Callable[[], torch.Tensor]:
+    cfg = train_transformer.Config()
+    model = train_transformer.build(cfg, 0).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    tokens, targets = train_transformer.synthetic_tokens(8, cfg)
+    tokens, targets = tokens.to(device), targets.to(device)
+    return lambda: train_transformer.train_step(model, opt, tokens, targets)
+
+
+def _mlp(device: str) -> Callable[[], torch.Tensor]:
+    torch.manual_seed(0)
+    model = SmallOpMLP().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 64).to(device)
+    y = torch.randint(0, 10, (32,)).to(device)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+WORKLOADS = [
+    Workload("ResNet sample (batch 8x3x32x32, SGD)", _resnet),
+    Workload("transformer sample (8x64 tokens, d128, 2 layers, AdamW)", _transformer),
+    Workload("small-op MLP (6x[Linear 64+LayerNorm+GELU], batch 32, SGD)", _mlp),
+]
+
+
+@dataclass
+class StepTimes:
+    """Real ms per step of one workload in each mode, and the npu's simulated ms per step."""
+
+    cpu_ms: float
+    profiled_ms: float
+    npu_ms: float
+    simulated_ms: float
+
+
+def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(n):
+            step()
+        if sync:
+            torch.npu.synchronize()
+
+    return run
+
+
+def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
+    """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes."""
+    cpu_step = workload.build("cpu")
+    cpu_step()  # warm-up (also creates the optimizer state)
+    cpu_ms = best_of(_steps(cpu_step, steps, False), repeats) / steps * 1e3
+
+    profiled_step = workload.build("cpu")
+    profiled_step()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True):
+        profiled_step()  # warm-up inside the profiler
+        profiled_ms = best_of(_steps(profiled_step, steps, False), repeats) / steps * 1e3
+
+    npu_step = workload.build("npu")
+    npu_step()
+    torch.npu.synchronize()
+    npu_ms = best_of(_steps(npu_step, steps, True), repeats) / steps * 1e3
+    start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
+    start.record()
+    npu_step()
+    end.record()
+    end.synchronize()
+    return StepTimes(cpu_ms, profiled_ms, npu_ms, start.elapsed_time(end))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="best of this many runs")
+    parser.add_argument("--steps", type=int, default=5, help="training steps per run")
+    parser.add_argument("--calls", type=int, default=2000, help="micro-op calls per run")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__} on {platform.machine()}, "
+        f"1 thread, best of {args.repeats}; npu: {NPU.spec.name}, numerics cpu, host time modeled"
+    )
+
+    print("\n| micro-op | CPU (µs/call) | npu (µs/call) | npu / CPU |\n|---|---:|---:|---:|")
+    cpu_ops, npu_ops = micro_ops("cpu"), micro_ops("npu")
+    for name in cpu_ops:
+        cpu_us = per_call_us(cpu_ops[name], args.calls, args.repeats)
+        npu_us = per_call_us(npu_ops[name], args.calls, args.repeats)
+        print(f"| {name} | {cpu_us:.2f} | {npu_us:.2f} | {npu_us / cpu_us:.1f} |")
+    torch.npu.synchronize()
+
+    print(
+        "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
+        "| profiler / eager | npu / eager | npu simulated step (ms) |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
+    )
+    for workload in WORKLOADS:
+        t = measure(workload, args.steps, args.repeats)
+        print(
+            f"| {workload.name} | {t.cpu_ms:.2f} | {t.profiled_ms:.2f} | {t.npu_ms:.2f} "
+            f"| {t.profiled_ms / t.cpu_ms:.2f} | {t.npu_ms / t.cpu_ms:.2f} "
+            f"| {t.simulated_ms:.3f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
