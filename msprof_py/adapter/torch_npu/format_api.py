@@ -11,10 +11,11 @@ As in torch_npu (``FormatCastKernelNpu.cpp``), a tensor's data format belongs to
   ``npu_format_cast_`` converts the tensor's own storage in place.
 
 ``get_npu_format`` returns the aclFormat id (section 4 of the device facts). An untagged tensor
-reports the base format torch_npu gives a fresh tensor of its rank (``InferFormat::GuessBaseFormat``):
-NCHW (0) for 4-D, NCDHW (30) for 5-D, ND (2) otherwise. torch_npu decides this from the shape the
-*storage* was created with; the simulator only knows the tensor's own shape, so a 2-D view of a
-4-D tensor reports ND here where torch_npu would report NCHW.
+reports the base format torch_npu gives a fresh tensor of its rank
+(``InferFormat::GuessBaseFormat``): NCHW (0) for 4-D, NCDHW (30) for 5-D, ND (2) otherwise.
+torch_npu decides this from the shape the *storage* was created with; the simulator only knows
+the tensor's own shape, so a 2-D view of a 4-D tensor reports ND here where torch_npu would
+report NCHW.
 
 Private formats are tracked by :func:`msprof_py.adapter.tensors.set_storage_format` (which the
 backend reads to insert TransData before kernels that need ND); a base format that differs from

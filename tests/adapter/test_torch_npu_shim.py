@@ -1,0 +1,103 @@
+"""``import torch_npu`` inside the instrumented runtime, transfer_to_npu, torch_npu.profiler."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+from adapter_helpers import run_script
+
+from msprof_py.device import HostKind, SimulatedNpu, TaskLog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_torch_npu_gives_the_shim(npu: SimulatedNpu) -> None:
+    import torch_npu
+
+    assert torch_npu.npu is torch.npu
+    assert torch_npu.__name__ == "msprof_py.adapter.torch_npu"
+    from torch_npu.optim import NpuFusedAdamW
+
+    assert issubclass(NpuFusedAdamW, torch.optim.AdamW)
+    for name in (
+        "npu_format_cast",
+        "get_npu_format",
+        "npu_fusion_attention",
+        "npu_rms_norm",
+        "npu_rotary_mul",
+        "npu_swiglu",
+    ):
+        assert callable(getattr(torch_npu, name))
+
+
+def test_no_top_level_torch_npu_is_shipped() -> None:
+    assert not (ROOT / "torch_npu").exists()
+    result = run_script("import importlib.util; print(importlib.util.find_spec('torch_npu'))")
+    assert result.stdout.strip() == "None"  # only an installed adapter resolves it
+    assert importlib.util.find_spec("msprof_py.adapter.torch_npu") is not None
+
+
+def test_transfer_to_npu_runs_a_cuda_script_unchanged() -> None:
+    result = run_script(
+        """
+        import torch, msprof_py.adapter as ad
+        ad.install()
+        import torch_npu
+        from torch_npu.contrib import transfer_to_npu
+        assert torch.cuda.is_available()
+        x = torch.randn(4, 8, device="cuda")
+        model = torch.nn.Linear(8, 2).cuda()
+        with torch.cuda.amp.autocast():
+            y = model(x)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            z = model(x)
+        torch.cuda.synchronize()
+        event = torch.cuda.Event(enable_timing=True)
+        print(x.device, y.device, y.dtype, z.dtype, isinstance(torch.device("cuda"), torch.device))
+        print(torch.device("cuda:0"), x.cuda().device, x.is_cuda, torch.cuda.memory_allocated() > 0)
+        print(torch.amp.GradScaler("cuda")._device, type(event).__name__)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "npu:0 npu:0 torch.float16 torch.bfloat16 True"
+    assert lines[1] == "npu:0 npu:0 True True"
+    assert lines[2] == "npu Event"
+
+
+def test_profiler_api_marks_steps(npu: SimulatedNpu, log: TaskLog) -> None:
+    import torch_npu
+
+    config = torch_npu.profiler._ExperimentalConfig(
+        profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
+        aic_metrics=torch_npu.profiler.AiCMetrics.PipeUtilization,
+    )
+    ready = []
+    with torch_npu.profiler.profile(
+        activities=[
+            torch_npu.profiler.ProfilerActivity.CPU,
+            torch_npu.profiler.ProfilerActivity.NPU,
+        ],
+        schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+        on_trace_ready=lambda prof: ready.append(prof.step_num),
+        record_shapes=True,
+        experimental_config=config,
+    ) as prof:
+        x = torch.randn(16, 16, device="npu")
+        for _ in range(4):
+            x = x @ x
+            prof.step()
+    steps = [h.name for h in log.host if h.kind is HostKind.API and h.name.startswith("step:")]
+    assert len(steps) == 4 and prof.step_num == 4
+    assert [int(s.split(":")[1]) for s in steps] == sorted(int(s.split(":")[1]) for s in steps)
+    assert ready == [4]
+    action = torch_npu.profiler.schedule(wait=1, warmup=1, active=2)
+    assert [action(i).name for i in range(5)] == [
+        "NONE",
+        "WARMUP",
+        "RECORD",
+        "RECORD_AND_SAVE",
+        "NONE",
+    ]
