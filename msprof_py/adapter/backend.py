@@ -21,8 +21,16 @@ from msprof_py.adapter import formats, runtime
 from msprof_py.adapter.errors import NumericsNoneError
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState
-from msprof_py.adapter.tensors import adopt, host_view, resync, set_storage_format, storage_format
+from msprof_py.adapter.tensors import (
+    adopt,
+    hold_device_bytes,
+    host_view,
+    resync,
+    set_storage_format,
+    storage_format,
+)
 from msprof_py.device import costmodel
+from msprof_py.device.formats import storage_bytes
 
 _META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
@@ -170,7 +178,7 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
 
     outputs: list[torch.Tensor | None] = []
     wrapped = _wrap_result(state, plan, result, args, kwargs, outputs)
-    _tag_outputs(plan.base, outputs, ref_format)
+    _tag_outputs(state, plan.base, outputs, ref_format)
     if not plan.returns_value:
         launch(state, plan, unwrap.npu, outputs, args)
     return wrapped
@@ -237,6 +245,9 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
     )
     if retag:
         set_storage_format(t, dst, shape)
+        if dst != formats.ND:  # the padded layout takes more device memory
+            padded = storage_bytes(shape, dtype_name(t.dtype), dst)
+            hold_device_bytes(t, padded, state, "TransData")
 
 
 def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwrapped) -> str | None:
@@ -268,23 +279,27 @@ def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwra
             elif fmt is not None and fmt[1] != tuple(t.shape):
                 transdata(state, t, formats.ND)
         return ref
+    nz_ok = base in formats.NZ_MATMULS
     for t in unwrap.npu:
-        if storage_format(t) is not None:
+        fmt = storage_format(t)
+        if fmt is not None and not (nz_ok and fmt[0] == formats.FRACTAL_NZ):
             transdata(state, t, formats.ND, retag=False)
     return None
 
 
-def _tag_outputs(base: str, outputs: list[torch.Tensor | None], ref: str | None) -> None:
+def _tag_outputs(
+    state: AdapterState, base: str, outputs: list[torch.Tensor | None], ref: str | None
+) -> None:
     conv = formats.conv_output_formats(base)
-    if conv:
-        for out, fmt in zip(outputs, conv, strict=False):
-            if out is not None and formats.private_allowed(out) and fmt != formats.ND:
-                set_storage_format(out, fmt, tuple(out.shape))
-        return
-    if ref is not None:
-        for out in outputs:
-            if out is not None and formats.private_allowed(out) and storage_format(out) is None:
-                set_storage_format(out, ref, tuple(out.shape))
+    tags = conv if conv else [ref] * len(outputs) if ref is not None else ()
+    for out, fmt in zip(outputs, tags, strict=False):
+        if out is None or fmt is None or fmt == formats.ND or not formats.private_allowed(out):
+            continue
+        if not conv and storage_format(out) is not None:
+            continue
+        shape = tuple(out.shape)
+        set_storage_format(out, fmt, shape)
+        hold_device_bytes(out, storage_bytes(shape, dtype_name(out.dtype), fmt), state, base)
 
 
 # ---- device work -------------------------------------------------------------------------

@@ -17,6 +17,10 @@ import torch
 ND = "ND"
 NC1HWC0 = "NC1HWC0"
 FRACTAL_Z = "FRACTAL_Z"
+FRACTAL_NZ = "FRACTAL_NZ"
+
+#: matmuls read FRACTAL_NZ operands directly (transposed or not): NZ weights never convert back
+NZ_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear"})
 
 CONV = frozenset({"convolution_overrideable", "convolution"})
 CONV_BACKWARD = frozenset({"convolution_backward_overrideable", "convolution_backward"})

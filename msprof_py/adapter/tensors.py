@@ -178,6 +178,17 @@ def storage_format(t: torch.Tensor) -> tuple[str, tuple[int, ...]] | None:
     return getattr(t.untyped_storage(), "_npu_fmt", None)
 
 
+def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: str) -> None:
+    """Make ``t``'s storage hold at least ``nbytes`` of device memory (a padded private format
+    takes more than the logical bytes)."""
+    storage = t.untyped_storage()
+    held = getattr(storage, "_npu_mem", None)
+    current = state.npu.memory.block_size(held.address) if held is not None else 0
+    if nbytes > current:
+        block = reserve(nbytes, state, tag)
+        storage._npu_mem = _DeviceMemory(state.npu.memory, block.address)  # type: ignore[attr-defined]
+
+
 def set_storage_format(t: torch.Tensor, fmt: str | None, shape: tuple[int, ...] = ()) -> None:
     """Tag ``t``'s storage as held in ``fmt`` (None or ``"ND"``: the plain layout)."""
     storage = t.untyped_storage()

@@ -416,6 +416,11 @@ class CachingAllocator:
             )
         return out
 
+    def block_size(self, address: int) -> int:
+        """Size of the live block at ``address`` (0 when none is live there)."""
+        block = self._live.get(address)
+        return block.size if block is not None else 0
+
     def live_blocks(self) -> Iterator[Block]:
         """Every live block, by address."""
         for address in sorted(self._live):

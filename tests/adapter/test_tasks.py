@@ -109,3 +109,28 @@ def test_conv_backward_launches_input_and_filter_gradients(npu: SimulatedNpu, lo
     assert {"Conv2DBackpropInput", "Conv2DBackpropFilter", "BiasAddGrad"} <= set(types)
     filt = next(t for t in log.tasks[start:] if t.op_type == "Conv2DBackpropFilter")
     assert filt.flops == 2 * 16 * (8 * 3 * 3) * (2 * 8 * 8)
+
+
+def test_private_formats_hold_padded_device_memory(npu: SimulatedNpu) -> None:
+    conv = nn.Conv2d(3, 4, 1, bias=False).to("npu")
+    base = torch.npu.memory_allocated()
+    x = torch.randn(2, 3, 8, 8, device="npu")  # 1536 B logical
+    assert torch.npu.memory_allocated() - base == 1536
+    y = conv(x)
+    # x and y are now held in NC1HWC0: C pads to C0 = 8 for fp32, 2*1*8*8*8*4 = 4096 B each
+    # (the FRACTAL_Z weight still fits the 512 B block it had)
+    assert torch.npu.memory_allocated() - base == 4096 + 4096
+    del y
+
+
+def test_matmuls_read_fractal_nz_weights_without_converting(
+    npu: SimulatedNpu, log: TaskLog
+) -> None:
+    import torch_npu
+
+    weight = torch_npu.npu_format_cast(torch.randn(64, 32, device="npu"), 29)
+    x = torch.randn(8, 32, device="npu")
+    start = len(log.tasks)
+    torch.nn.functional.linear(x, weight)
+    x @ weight.t()
+    assert [t.op_type for t in _kernels(log, start)] == ["MatMul", "MatMul"]
