@@ -101,9 +101,9 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """The boxed PrivateUse1 kernel for every op without an explicit one."""
     state = runtime.STATE
     assert state is not None
-    state.enter()
+    plan = _PLANS.get(op) or plan_of(op)
+    state.enter(plan.name, args)
     try:
-        plan = plan_of(op)
         if plan.view:
             return op.redispatch(_META_KEYS, *args, **kwargs)
         return execute(state, plan, args, kwargs)

@@ -35,7 +35,7 @@ def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_t
 def copy(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """Copy ``src`` into ``dst`` where at least one of them is an npu tensor."""
     state = runtime.state()
-    state.enter()
+    state.enter("aten::copy_", (src, dst))
     try:
         if src.device.type == "npu" and dst.device.type == "npu":
             _device_to_device(state, src, dst)

@@ -34,10 +34,11 @@ def numerics_none() -> bool:
 
 
 @contextmanager
-def device_call() -> Iterator[AdapterState]:
-    """Mark a call into the device (for measured host time) and give the adapter state."""
+def device_call(name: str = "", args: tuple = ()) -> Iterator[AdapterState]:
+    """Mark a call into the device (measured host time; a host op ``name`` for the
+    collectors) and give the adapter state."""
     current = runtime.state()
-    current.enter()
+    current.enter(name, args)
     try:
         yield current
     finally:

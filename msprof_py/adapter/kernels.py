@@ -85,7 +85,7 @@ def to_copy(
 def local_scalar_dense(self: torch.Tensor) -> Any:
     """``.item()``: the host waits for the device and copies the value back."""
     state = runtime.state()
-    state.enter()
+    state.enter("aten::_local_scalar_dense", (self,))
     try:
         backend.sync_for_value(state, "Tensor.item() (aten::_local_scalar_dense)")
         return host_view(self).item()

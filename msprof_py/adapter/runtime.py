@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from msprof_py.device import SimulatedNpu, Stream
 
@@ -33,7 +34,9 @@ class AdapterState:
     stream: Stream = field(init=False)
     measured: bool = field(init=False)
     meta: bool = field(init=False)
-    steps_marked: int = field(init=False, default=0)
+    #: the collectors' host-op observer (None: nothing records host ops)
+    observer: OpObserver | None = field(init=False, default=None)
+    _op_open: bool = field(init=False, default=False)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)
 
@@ -43,18 +46,40 @@ class AdapterState:
         self.meta = self.settings.numerics == "none"
         self._outside_since = time.perf_counter_ns()
 
-    def enter(self) -> None:
-        """The application called into the device: charge its time since the last call."""
-        if self._depth == 0 and self.measured:
-            now = time.perf_counter_ns()
-            self.npu.engine.advance_host(max(0, now - self._outside_since), "python")
+    def enter(self, name: str = "", args: tuple = ()) -> None:
+        """The application called into the device: charge its time since the last call.
+
+        ``name`` (an ATen op, ``aten::copy_`` ...) opens a host op for the observer, if any.
+        """
+        if self._depth == 0:
+            if self.measured:
+                now = time.perf_counter_ns()
+                self.npu.engine.advance_host(max(0, now - self._outside_since), "python")
+            if name and self.observer is not None:
+                self.observer.op_begin(name, args)
+                self._op_open = True
         self._depth += 1
 
     def leave(self) -> None:
         """The device call returned to the application."""
         self._depth -= 1
-        if self._depth == 0 and self.measured:
-            self._outside_since = time.perf_counter_ns()
+        if self._depth == 0:
+            if self._op_open:
+                self._op_open = False
+                if self.observer is not None:
+                    self.observer.op_end()
+            if self.measured:
+                self._outside_since = time.perf_counter_ns()
+
+
+class OpObserver(Protocol):
+    """Receives the host ops of the application (the collectors' recorder implements it)."""
+
+    def op_begin(self, name: str, args: tuple) -> None:
+        """An op the application called starts (host clock: the engine's ``host_ns``)."""
+
+    def op_end(self) -> None:
+        """The op started last returned to the application."""
 
 
 STATE: AdapterState | None = None

@@ -30,11 +30,12 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> ModuleSpec | None:
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
             return None
-        real = TARGET + fullname[len(ALIAS):]
+        real = TARGET + fullname[len(ALIAS) :]
         if importlib.util.find_spec(real) is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real))

@@ -1,7 +1,8 @@
 """Training-step boundaries: marked by ``prof.step()``, ``optimizer.step()`` or the user.
 
-Each mark is emitted on the device's record bus as a host record named ``step:<n>`` at the
-current host time, so whatever records the run (the collectors) sees the boundaries in order.
+Each mark is emitted on the device's record bus as a host record named ``step:<source>`` at the
+current host time, so whatever records the run (the collectors) sees the boundaries in order
+and decides how to number them.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ from msprof_py.device import HostKind, HostRecord
 STEP_PREFIX = "step:"
 
 
-def mark_step(source: str) -> int:
-    """End the current step; return the number of the step that ended (from 0)."""
+def mark_step(source: str) -> None:
+    """End the current training step (``source``: optimizer, torch_npu.profiler, user)."""
     state = runtime.state()
-    number = state.steps_marked
-    state.steps_marked += 1
     bus = state.npu.bus
     if bus.active:
         now = state.npu.engine.host_ns
-        bus.emit(HostRecord(HostKind.API, f"{STEP_PREFIX}{number}", now, now, -1, -1))
-    return number
+        bus.emit(HostRecord(HostKind.API, f"{STEP_PREFIX}{source}", now, now, -1, -1))

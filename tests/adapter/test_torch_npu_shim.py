@@ -90,8 +90,7 @@ def test_profiler_api_marks_steps(npu: SimulatedNpu, log: TaskLog) -> None:
             x = x @ x
             prof.step()
     steps = [h.name for h in log.host if h.kind is HostKind.API and h.name.startswith("step:")]
-    assert len(steps) == 4 and prof.step_num == 4
-    assert [int(s.split(":")[1]) for s in steps] == sorted(int(s.split(":")[1]) for s in steps)
+    assert steps == ["step:torch_npu.profiler"] * 4 and prof.step_num == 4
     assert ready == [4]
     action = torch_npu.profiler.schedule(wait=1, warmup=1, active=2)
     assert [action(i).name for i in range(5)] == [

@@ -122,7 +122,7 @@ def npu_format_cast(tensor: torch.Tensor, acl_format: FormatArg) -> torch.Tensor
     if src in BASE_FORMATS and dst in BASE_FORMATS:
         _set_base(tensor, dst)
         return tensor
-    with device_call() as current:
+    with device_call("torch_npu.npu_format_cast") as current:
         if _is_view_of_private(tensor):  # read a view of private-format data back as ND first
             backend.transdata(current, tensor, Format.ND.value, retag=False)
         out = wrap(host(tensor).clone(memory_format=torch.contiguous_format), "npu_format_cast")
@@ -152,7 +152,7 @@ def npu_format_cast_(tensor: torch.Tensor, acl_format: FormatArg) -> torch.Tenso
             "npu_format_cast_ does not support a view of a tensor held in the internal format "
             f"{storage_format(tensor)[0]}; cast the base tensor instead"  # type: ignore[index]
         )
-    with device_call():
+    with device_call("torch_npu.npu_format_cast_"):
         _relayout(tensor, dst)
     return tensor
 

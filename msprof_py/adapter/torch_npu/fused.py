@@ -521,7 +521,7 @@ class _FusionAttention(torch.autograd.Function):
         atten_mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, ...]:
         inputs = [t for t in (query, key, value, pse, atten_mask) if t is not None]
-        with device_call():
+        with device_call("torch_npu.npu_fusion_attention"):
             views = [None if t is None else host(t) for t in (query, key, value, pse, atten_mask)]
             out_h, max_h, sum_h = spec.compute(*views)  # type: ignore[arg-type]
             empty = torch.empty(0, dtype=query.dtype, device=out_h.device)
@@ -549,7 +549,7 @@ class _FusionAttention(torch.autograd.Function):
         if grad_out is None:
             return (None,) * 7
         needs = ctx.needs_input_grad[2:6]
-        with device_call():
+        with device_call("torch_npu.npu_fusion_attention_grad"):
             leaves = [
                 None
                 if t is None
@@ -713,7 +713,7 @@ def _vector_launch(
 class _FusedVector(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, op: _VectorOp, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
-        with device_call():
+        with device_call(op.name):
             views = [host(t) for t in inputs]
             results = op.reference(*views)
             outputs = _wrap_all(results, views, op.name)
@@ -733,7 +733,7 @@ class _FusedVector(torch.autograd.Function):
         used = [(i, g) for i, g in enumerate(grad_outputs[: op.differentiable]) if g is not None]
         if not used:
             return (None,) * (len(inputs) + 1)
-        with device_call():
+        with device_call(op.name + "_grad"):
             leaves = [
                 host(t).detach().requires_grad_(need and t.is_floating_point())
                 for t, need in zip(inputs, needs, strict=True)

@@ -135,7 +135,7 @@ def _adam_step(opt: torch.optim.Adam, closure: Closure, op_type: str) -> Any:
     """One fused Adam/AdamW update of every parameter with a gradient."""
     loss = _closure_loss(closure)
     name = type(opt).__name__
-    with torch.no_grad(), device_call():
+    with torch.no_grad(), device_call(f"torch_npu.optim.{type(opt).__name__}.step"):
         kernel = _FusedKernel(14.0)
         for group in opt.param_groups:
             params, grads, exp_avgs, exp_avg_sqs, max_sqs, steps = [], [], [], [], [], []
@@ -209,7 +209,7 @@ class _ClipGradNormFused:
         is below 1.
         """
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        with torch.no_grad(), device_call() as current:
+        with torch.no_grad(), device_call("torch_npu.clip_grad_norm_fused_") as current:
             if not grads:
                 return wrap(torch.zeros((), dtype=torch.float32, device=_host_device()), "clip")
             max_norm, norm_type = float(max_norm), float(norm_type)
@@ -334,7 +334,7 @@ class NpuFusedSGD(_ClipGradNormFused, torch.optim.SGD):
         """Update every parameter that has a gradient with one kernel; return the closure's loss."""
         loss = _closure_loss(closure)
         name = type(self).__name__
-        with torch.no_grad(), device_call():
+        with torch.no_grad(), device_call(f"torch_npu.optim.{type(opt).__name__}.step"):
             momentum_used = any(g["momentum"] != 0 for g in self.param_groups)
             kernel = _FusedKernel(4.0 if momentum_used else 2.0)
             for group in self.param_groups:

@@ -75,8 +75,9 @@ class _ExperimentalConfig:
     msprof_tx: bool = False
 
 
-def schedule(wait: int, active: int, warmup: int = 0, repeat: int = 0,
-             skip_first: int = 0) -> Callable[[int], ProfilerAction]:
+def schedule(
+    wait: int, active: int, warmup: int = 0, repeat: int = 0, skip_first: int = 0
+) -> Callable[[int], ProfilerAction]:
     """The step schedule of ``torch.profiler.schedule``."""
     if wait < 0 or warmup < 0 or active <= 0 or repeat < 0 or skip_first < 0:
         raise ValueError("invalid profiler schedule arguments")
@@ -93,15 +94,17 @@ def schedule(wait: int, active: int, warmup: int = 0, repeat: int = 0,
             return ProfilerAction.NONE
         if position < wait + warmup:
             return ProfilerAction.WARMUP
-        return (ProfilerAction.RECORD if position < cycle - 1
-                else ProfilerAction.RECORD_AND_SAVE)
+        return ProfilerAction.RECORD if position < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
 
     return action
 
 
-def tensorboard_trace_handler(dir_name: str | None = None, worker_name: str | None = None,
-                              analyse_flag: bool = True,
-                              async_mode: bool = False) -> Callable[[profile], None]:
+def tensorboard_trace_handler(
+    dir_name: str | None = None,
+    worker_name: str | None = None,
+    analyse_flag: bool = True,
+    async_mode: bool = False,
+) -> Callable[[profile], None]:
     """An ``on_trace_ready`` handler; msprof writes the profile, so this keeps the target only."""
 
     def handler(prof: profile) -> None:
@@ -113,13 +116,19 @@ def tensorboard_trace_handler(dir_name: str | None = None, worker_name: str | No
 class profile:
     """``torch_npu.profiler.profile``: marks each ``step()`` as a training step boundary."""
 
-    def __init__(self, activities: Iterable[ProfilerActivity] | None = None,
-                 schedule: Callable[[int], ProfilerAction] | None = None,
-                 on_trace_ready: Callable[[profile], Any] | None = None,
-                 record_shapes: bool = False, profile_memory: bool = False,
-                 with_stack: bool = False, with_flops: bool = False, with_modules: bool = False,
-                 experimental_config: _ExperimentalConfig | None = None,
-                 use_cuda: bool | None = None) -> None:
+    def __init__(
+        self,
+        activities: Iterable[ProfilerActivity] | None = None,
+        schedule: Callable[[int], ProfilerAction] | None = None,
+        on_trace_ready: Callable[[profile], Any] | None = None,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
+        with_modules: bool = False,
+        experimental_config: _ExperimentalConfig | None = None,
+        use_cuda: bool | None = None,
+    ) -> None:
         self.activities = set(activities or (ProfilerActivity.CPU, ProfilerActivity.NPU))
         self.schedule = schedule
         self.on_trace_ready = on_trace_ready

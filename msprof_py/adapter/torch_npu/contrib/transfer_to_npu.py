@@ -71,10 +71,33 @@ def _wrap_to(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _FACTORIES = (
-    "tensor", "as_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
-    "randperm", "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like",
-    "full_like", "rand_like", "randn_like", "randint_like", "empty_strided", "normal",
-    "from_numpy", "scalar_tensor", "tril_indices", "triu_indices",
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "empty_strided",
+    "normal",
+    "from_numpy",
+    "scalar_tensor",
+    "tril_indices",
+    "triu_indices",
 )
 _TENSOR_METHODS = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor")
 
@@ -90,8 +113,9 @@ def _patch_devices() -> None:
     torch.Tensor.to = _wrap_to(torch.Tensor.to)  # type: ignore[method-assign]
     torch.nn.Module.to = _wrap_to(torch.nn.Module.to)  # type: ignore[method-assign]
 
-    def tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
-                    **kwargs: Any) -> torch.Tensor:
+    def tensor_cuda(
+        self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any
+    ) -> torch.Tensor:
         return self.to("npu", non_blocking=non_blocking)
 
     def module_cuda(self: torch.nn.Module, device: Any = None) -> torch.nn.Module:
@@ -105,9 +129,18 @@ def _patch_devices() -> None:
 def _patch_cuda_module() -> None:
     for name in npu_module.__all__:
         setattr(torch.cuda, name, getattr(npu_module, name))
-    for name in ("is_initialized", "init", "_lazy_init", "seed", "seed_all", "initial_seed",
-                 "get_rng_state", "set_rng_state", "reset_max_memory_allocated",
-                 "get_amp_supported_dtype"):
+    for name in (
+        "is_initialized",
+        "init",
+        "_lazy_init",
+        "seed",
+        "seed_all",
+        "initial_seed",
+        "get_rng_state",
+        "set_rng_state",
+        "reset_max_memory_allocated",
+        "get_amp_supported_dtype",
+    ):
         setattr(torch.cuda, name, getattr(npu_module, name))
     torch.cuda.amp.autocast = npu_amp.autocast  # type: ignore[misc]
     torch.cuda.amp.GradScaler = npu_amp.GradScaler  # type: ignore[misc]
