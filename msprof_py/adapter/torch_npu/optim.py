@@ -334,7 +334,7 @@ class NpuFusedSGD(_ClipGradNormFused, torch.optim.SGD):
         """Update every parameter that has a gradient with one kernel; return the closure's loss."""
         loss = _closure_loss(closure)
         name = type(self).__name__
-        with torch.no_grad(), device_call(f"torch_npu.optim.{type(opt).__name__}.step"):
+        with torch.no_grad(), device_call(f"torch_npu.optim.{name}.step"):
             momentum_used = any(g["momentum"] != 0 for g in self.param_groups)
             kernel = _FusedKernel(4.0 if momentum_used else 2.0)
             for group in self.param_groups:
