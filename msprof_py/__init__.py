@@ -1,3 +1,31 @@
-"""msprof-py: an msprof-like profiling toolkit for PyTorch on a simulated Ascend-style NPU."""
+"""msprof-py: an msprof-like profiling toolkit for PyTorch on a simulated Ascend-style NPU.
+
+import msprof_py
+profile = msprof_py.load("profile_data")    # a run's output folder, a rank, or a raw profile
+msprof_py.step()                            # in a training script: end of a step
+with msprof_py.annotate("data loading"):    # a named range on the timeline
+    ...
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+from msprof_py.profile import Profile, ProfileError, load
 
 __version__ = "0.1.0"
+__all__ = ["Profile", "ProfileError", "annotate", "load", "step"]
+
+
+def step() -> None:
+    """Mark the end of a training step (recorded when running under msprof)."""
+    from msprof_py.collectors.api import step as _step
+
+    _step()
+
+
+def annotate(name: str) -> AbstractContextManager[None]:
+    """A context manager recording the enclosed code as a named range on the timeline."""
+    from msprof_py.collectors.api import annotate as _annotate
+
+    return _annotate(name)

@@ -71,12 +71,15 @@ def to_copy(
     memory_format: torch.memory_format | None = None,
 ) -> torch.Tensor:
     """``aten::_to_copy``: ``.to(device, dtype)``, ``.cpu()``, ``.npu()``."""
-    target = torch.device(device) if device is not None else self.device
-    dtype = dtype or self.dtype
+    with torch._C.DisableTorchFunctionSubclass():  # UninitializedParameter hides its shape
+        shape = torch._C.TensorBase.size(self)
+        own_dtype, own_device = self.dtype, self.device
+    target = torch.device(device) if device is not None else own_device
+    dtype = dtype or own_dtype
     if target.type == "npu":
-        dst = torch.empty(self.shape, dtype=dtype, device="npu")
+        dst = torch.empty(shape, dtype=dtype, device="npu")
     else:
-        dst = torch.empty(self.shape, dtype=dtype, device=target)
+        dst = torch.empty(shape, dtype=dtype, device=target)
         if non_blocking or pin_memory:
             dst.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
     return copies.copy(self, dst, non_blocking)

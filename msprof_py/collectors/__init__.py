@@ -1,0 +1,1 @@
+"""Recording: sessions, the recorder, the launcher and the bootstrap launched processes import."""

@@ -1,0 +1,79 @@
+"""Running ``--application`` as a child process under the recording bootstrap."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from msprof_py.collectors.session import CONFIG_ENV, SessionConfig
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LaunchError(RuntimeError):
+    """The application could not be started (message says why)."""
+
+
+def resolve_command(argv: list[str]) -> list[str]:
+    """Run ``python``/``python3``/``torchrun`` with this interpreter's environment."""
+    if not argv:
+        raise LaunchError('no application given (use --application="python train.py")')
+    first = argv[0]
+    if first in ("python", "python3") or first.startswith("python3."):
+        return [sys.executable, *argv[1:]]
+    if first == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *argv[1:]]
+    return argv
+
+
+def check_script(argv: list[str]) -> None:
+    """Fail early with a clear message when the Python script to run does not exist."""
+    if (len(argv) >= 2 and Path(argv[0]).name.startswith("python")) or argv[0] == "torchrun":
+        for arg in argv[1:]:
+            if arg == "-m" or arg == "-c":
+                return
+            if arg.startswith("-"):
+                continue
+            if arg.endswith(".py") and not Path(arg).is_file():
+                raise LaunchError(f"script not found: {arg}")
+            return
+
+
+def split_application(application: str) -> list[str]:
+    """``--application="python train.py --lr 0.1"`` as an argument list."""
+    try:
+        return shlex.split(application)
+    except ValueError as exc:
+        raise LaunchError(f"cannot parse --application: {exc}") from None
+
+
+def launch(argv: list[str], config: SessionConfig) -> int:
+    """Run the application with recording on; return its exit code (128+N for signal N)."""
+    check_script(argv)
+    command = resolve_command(argv)
+    env = dict(os.environ)
+    path = [str(BOOTSTRAP_DIR), str(PACKAGE_ROOT)]
+    if env.get("PYTHONPATH"):
+        path.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    env[CONFIG_ENV] = config.to_json()
+    if config.deterministic:
+        env["PYTHONHASHSEED"] = "0"
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        raise LaunchError(f"cannot start {command[0]}: {exc.strerror}") from None
+    # Ctrl-C reaches the child from the terminal; msprof waits for it to save its profile
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forward = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, forward)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,261 @@
+"""The recorder: turns device records and host ops into rows of the raw profile.
+
+It subscribes to the simulated device's record bus (tasks, host launches and syncs, memory
+events, step marks) and observes the adapter's host ops. Rows go to a
+:class:`~msprof_py.profile.writer.RawWriter`, which flushes them to disk in bounded chunks.
+Only steps inside the iteration window (``warmup`` steps skipped, then ``iteration`` steps) are
+kept; outside it nothing is written.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import torch
+
+from msprof_py.adapter.steps import STEP_PREFIX
+from msprof_py.device import HostKind, HostRecord, MemoryRecord, TaskRecord
+from msprof_py.device.records import Record
+from msprof_py.profile.schema import NO_ID
+from msprof_py.profile.writer import RawWriter
+
+_size = torch._C.TensorBase.size
+#: step sources a script states explicitly; once one is seen, optimizer hooks no longer count
+EXPLICIT_STEP_SOURCES = ("torch_npu.profiler", "msprof_py.step")
+
+
+def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
+    return ";".join(",".join(str(d) for d in shape) for shape in shapes)
+
+
+def _arg_shapes(args: tuple) -> tuple[str, str]:
+    shapes, dtypes = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            shape = _size(a)  # not a.shape: an UninitializedParameter refuses it
+            shapes.append(",".join(str(d) for d in shape))
+            dtypes.append(str(a.dtype).removeprefix("torch."))
+    return ";".join(shapes), ";".join(dtypes)
+
+
+class Recorder:
+    """Records one process's device activity into a raw profile."""
+
+    def __init__(
+        self,
+        writer: RawWriter,
+        clock: Callable[[], int],
+        *,
+        warmup: int = 0,
+        iteration: int | None = None,
+        record_tasks: bool = True,
+        record_memory: bool = True,
+        record_api: bool = True,
+    ) -> None:
+        self.writer = writer
+        self._clock = clock
+        self.warmup = warmup
+        self.iteration = iteration
+        self.record_tasks = record_tasks
+        self.record_memory = record_memory
+        self.record_api = record_api
+        self.step = 0
+        self._step_start = 0
+        self._explicit_steps = False
+        self._next_event = 0
+        self._open_op: list = []  # [event_id, name, start, thread, shapes, dtypes, module]
+        self.module_stack: list[str] = []
+        self.recording = warmup == 0 and (iteration is None or iteration > 0)
+        self.finished = not self.recording and iteration == 0
+        self.tasks_recorded = 0
+
+    # ---- the step window ----------------------------------------------------------------
+
+    def _in_window(self, step: int) -> bool:
+        if step < self.warmup:
+            return False
+        return self.iteration is None or step < self.warmup + self.iteration
+
+    def end_step(self, source: str, now: int) -> None:
+        """A step ended (marked by ``source``)."""
+        if source in EXPLICIT_STEP_SOURCES:
+            self._explicit_steps = True
+        elif self._explicit_steps and source == "optimizer":
+            return  # the script marks its steps itself
+        if self.recording:
+            self.writer.append("steps", (self.step, self._step_start, now, source))
+        self.step += 1
+        self._step_start = now
+        self.recording = self._in_window(self.step)
+        if self.iteration is not None and self.step >= self.warmup + self.iteration:
+            self.finished = True
+
+    def step_open(self) -> bool:
+        """True when work has been recorded since the last step boundary."""
+        return self._clock() > self._step_start
+
+    # ---- host ops (the adapter's observer) ----------------------------------------------
+
+    def op_begin(self, name: str, args: tuple) -> None:
+        """An ATen op (or copy, fused op ...) starts on the host."""
+        if not self.recording:
+            self._open_op = []
+            return
+        shapes, dtypes = _arg_shapes(args)
+        module = "/".join(self.module_stack)
+        event_id = self._next_event
+        self._next_event += 1
+        self._open_op = [
+            event_id,
+            name,
+            self._clock(),
+            threading.get_ident(),
+            shapes,
+            dtypes,
+            module,
+        ]
+
+    def op_end(self) -> None:
+        """The op returned."""
+        op = self._open_op
+        if not op:
+            return
+        self._open_op = []
+        event_id, name, start, thread, shapes, dtypes, module = op
+        self.writer.append(
+            "host_events",
+            (
+                event_id,
+                "op",
+                name,
+                start,
+                self._clock(),
+                thread,
+                -1,
+                NO_ID,
+                NO_ID,
+                self.step,
+                shapes,
+                dtypes,
+                module,
+                NO_ID,
+            ),
+        )
+
+    def annotation(self, name: str, start: int, end: int) -> None:
+        """A user range (``msprof_py.annotate``, ``record_function``)."""
+        if self.recording:
+            event_id = self._next_event
+            self._next_event += 1
+            self.writer.append(
+                "host_events",
+                (
+                    event_id,
+                    "annotation",
+                    name,
+                    start,
+                    end,
+                    threading.get_ident(),
+                    -1,
+                    NO_ID,
+                    NO_ID,
+                    self.step,
+                    "",
+                    "",
+                    "/".join(self.module_stack),
+                    NO_ID,
+                ),
+            )
+
+    # ---- device records (bus subscriber) ------------------------------------------------
+
+    def __call__(self, record: Record) -> None:
+        if isinstance(record, TaskRecord):
+            self._task(record)
+        elif isinstance(record, HostRecord):
+            self._host(record)
+        elif isinstance(record, MemoryRecord) and self.recording and self.record_memory:
+            self.writer.append(
+                "memory",
+                (
+                    record.time_ns,
+                    record.action.value,
+                    record.address,
+                    record.size,
+                    record.allocated,
+                    record.reserved,
+                    record.active,
+                    record.stream_id,
+                    record.tag,
+                    self.step,
+                ),
+            )
+
+    def _task(self, t: TaskRecord) -> None:
+        if not self.recording or not self.record_tasks:
+            return
+        attrs = t.attrs or {}
+        parent = self._open_op[0] if self._open_op else NO_ID
+        self.tasks_recorded += 1
+        self.writer.append(
+            "tasks",
+            (
+                t.task_id,
+                t.stream_id,
+                t.kind.value,
+                t.task_type.value,
+                t.name,
+                t.op_type,
+                t.block_dim,
+                t.launch_ns,
+                t.start_ns,
+                t.end_ns,
+                t.wait_ns,
+                t.flops,
+                t.bytes,
+                _shapes(t.input_shapes),
+                ";".join(t.input_dtypes),
+                ";".join(t.input_formats),
+                _shapes(t.output_shapes),
+                ";".join(t.output_dtypes),
+                ";".join(t.output_formats),
+                str(attrs.get("copy_kind", "")),
+                bool(attrs.get("pinned", False)),
+                str(attrs.get("collective", "")),
+                str(attrs.get("algorithm", "")),
+                int(attrs.get("world_size", 0)),
+                parent,
+                self.step,
+            ),
+        )
+
+    def _host(self, h: HostRecord) -> None:
+        if h.kind is HostKind.API and h.name.startswith(STEP_PREFIX):
+            self.end_step(h.name[len(STEP_PREFIX) :], h.end_ns)
+            return
+        if not self.recording or not self.record_api:
+            return
+        event_id = self._next_event
+        self._next_event += 1
+        parent = self._open_op[0] if self._open_op else NO_ID
+        thread = threading.get_ident() if h.kind is not HostKind.PYTHON else 0
+        self.writer.append(
+            "host_events",
+            (
+                event_id,
+                h.kind.value,
+                h.name,
+                h.start_ns,
+                h.end_ns,
+                thread,
+                h.stream_id,
+                h.task_id,
+                parent,
+                self.step,
+                "",
+                "",
+                "",
+                NO_ID,
+            ),
+        )

@@ -1,0 +1,311 @@
+"""A recording session: one process's profile, from start to a flushed, loadable end.
+
+``Session.start()`` installs the npu device, attaches the recorder and the hooks that mark
+steps (``optimizer.step()``), module paths and annotations, and makes sure the profile is
+flushed however the process ends: normal exit, an uncaught exception (including the simulated
+OOM), SIGINT or SIGTERM. A forked child (a DataLoader worker) records nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import msprof_py
+from msprof_py import adapter
+from msprof_py.adapter import runtime, steps
+from msprof_py.collectors.recorder import Recorder
+from msprof_py.profile.schema import FORMAT_VERSION, RAW_DIR
+from msprof_py.profile.writer import RawWriter
+
+#: environment variable through which the launcher hands the config to the bootstrap
+CONFIG_ENV = "MSPROF_PY_CONFIG"
+#: environment variables recorded in the run metadata (those that change what a run does)
+RECORDED_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TASK_QUEUE_ENABLE",
+    "ASCEND_LAUNCH_BLOCKING",
+    "PYTORCH_NPU_ALLOC_CONF",
+    "HCCL_ALGO",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "ASCEND_RT_VISIBLE_DEVICES",
+)
+
+
+@dataclass
+class SessionConfig:
+    """What to record and where (the launcher passes it to every process as JSON)."""
+
+    output: str = "."
+    device: str = "ascend910b"
+    numerics: str = "cpu"
+    host_time: str = "modeled"
+    warmup: int = 0
+    iteration: int | None = None
+    task_time: bool = True
+    sys_hardware_mem: bool = True
+    ascendcl: bool = True
+    deterministic: bool = False
+    command: str = ""
+    #: write the Ascend exports when the session stops (off when the launcher does it)
+    export: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionConfig:
+        return cls(**json.loads(text))
+
+
+def run_dir_name(now: dt.datetime | None = None, pid: int | None = None) -> str:
+    """``{hostname}_{pid}_{YYYYmmddHHMMSSfff}_ascend_pt``, as torch_npu's profiler names it."""
+    now = now or dt.datetime.now()
+    stamp = now.strftime("%Y%m%d%H%M%S%f")[:-3]
+    return f"{socket.gethostname()}_{pid or os.getpid()}_{stamp}_ascend_pt"
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "msprof_py": msprof_py.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _rank() -> tuple[int, int]:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Session:
+    """Records this process into ``<output>/<run dir>/msprof_raw``."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.run_dir = Path(config.output).resolve() / run_dir_name(pid=self.pid)
+        self.status = "running"
+        self.recorder: Recorder | None = None
+        self.writer: RawWriter | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._previous_excepthook = sys.excepthook
+        self._hooks: list[Any] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> Session:
+        """Install the device, attach the recorder and the exit handlers."""
+        cfg = self.config
+        npu = adapter.install(cfg.device, cfg.numerics, cfg.host_time)
+        engine = npu.engine
+        rank, world = _rank()
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "status": self.status,
+            "command": cfg.command or " ".join(sys.argv),
+            "device": npu.spec.name,
+            "device_origin": npu.spec.origin,
+            "soc_version": npu.spec.soc_version,
+            "key_figures": npu.spec.key_figures(),
+            "ai_core_num": npu.spec.cube.cores,
+            "aiv_num": npu.spec.vector.cores,
+            "aic_frequency_mhz": npu.spec.cube.clock_hz / 1e6,
+            "numerics": cfg.numerics,
+            "host_time": cfg.host_time,
+            "deterministic": cfg.deterministic,
+            "warmup": cfg.warmup,
+            "iteration": cfg.iteration,
+            "rank": rank,
+            "world_size": world,
+            "hostname": socket.gethostname(),
+            "pid": self.pid,
+            "start_time": dt.datetime.now().isoformat(timespec="milliseconds"),
+            "versions": _versions(),
+            "env": {k: os.environ[k] for k in RECORDED_ENV if k in os.environ},
+            "run_dir": self.run_dir.name,
+        }
+        self.writer = RawWriter(self.run_dir / RAW_DIR, meta)
+        self.recorder = Recorder(
+            self.writer,
+            lambda: engine.host_ns,
+            warmup=cfg.warmup,
+            iteration=cfg.iteration,
+            record_tasks=cfg.task_time,
+            record_memory=cfg.sys_hardware_mem,
+            record_api=cfg.ascendcl,
+        )
+        npu.subscribe(self._on_record)
+        runtime.state().observer = self.recorder
+        self._install_hooks()
+        atexit.register(self._at_exit)
+        sys.excepthook = self._excepthook
+        with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        os.register_at_fork(after_in_child=self._disable_in_child)
+        return self
+
+    def _on_record(self, record: Any) -> None:
+        recorder = self.recorder
+        if recorder is None:
+            return
+        recorder(record)
+        if recorder.finished:
+            self._detach()  # the window is over: stop paying for recording
+
+    def _detach(self) -> None:
+        state = runtime.STATE
+        if state is not None:
+            state.npu.unsubscribe(self._on_record)
+            if state.observer is self.recorder:
+                state.observer = None
+        if self.writer is not None and self.pid == os.getpid():
+            self.writer.flush()
+
+    def stop(self, status: str = "completed") -> Path | None:
+        """Flush everything; return the run directory (None if nothing was recorded)."""
+        with self._lock:
+            if self._stopped or self.pid != os.getpid() or self.writer is None:
+                return None
+            self._stopped = True
+        recorder = self.recorder
+        assert recorder is not None
+        self._detach()
+        engine = runtime.state().npu.engine
+        if recorder.recording and recorder.step_open():
+            recorder.end_step("end of run", engine.host_ns)
+        rank, world = _rank()
+        self.writer.meta.update(
+            status=status,
+            rank=rank,
+            world_size=world,
+            end_time=dt.datetime.now().isoformat(timespec="milliseconds"),
+            host_end_ns=engine.host_ns,
+            device_end_ns=max((s.tail_ns for s in engine.streams.values()), default=0),
+            steps_seen=recorder.step,
+        )
+        self.writer.flush()
+        if not self.writer.folder.exists():
+            return None
+        if self.config.export:
+            from msprof_py.exporters import export_run
+
+            export_run(self.run_dir)
+        return self.run_dir
+
+    # ---- exit paths ---------------------------------------------------------------------
+
+    def _at_exit(self) -> None:
+        self.stop(self.status if self.status != "running" else "completed")
+
+    def _excepthook(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if isinstance(value, adapter.NpuOutOfMemory):
+            self.status = "oom"
+        elif isinstance(value, KeyboardInterrupt):
+            self.status = "interrupted"
+        else:
+            self.status = "exception"
+        self.stop(self.status)
+        self._previous_excepthook(kind, value, tb)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.status = "terminated"
+        raise SystemExit(128 + signum)
+
+    def _disable_in_child(self) -> None:
+        self._stopped = True
+        state = runtime.STATE
+        if state is not None:
+            state.observer = None
+
+    # ---- hooks --------------------------------------------------------------------------
+
+    def _install_hooks(self) -> None:
+        from torch.nn.modules import module as nn_module
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        recorder = self.recorder
+        assert recorder is not None
+
+        def optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            steps.mark_step("optimizer")
+
+        def enter_module(module: Any, args: Any) -> None:
+            recorder.module_stack.append(type(module).__name__)
+
+        def leave_module(module: Any, args: Any, output: Any) -> None:
+            if recorder.module_stack:
+                recorder.module_stack.pop()
+
+        self._hooks = [
+            register_optimizer_step_post_hook(optimizer_step),
+            nn_module.register_module_forward_pre_hook(enter_module),
+            nn_module.register_module_forward_hook(leave_module),
+        ]
+        _patch_record_function()
+
+
+_ACTIVE: Session | None = None
+
+
+def active_session() -> Session | None:
+    """The session recording this process, if any."""
+    return _ACTIVE
+
+
+def start_session(config: SessionConfig) -> Session:
+    """Start recording this process (once)."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = Session(config).start()
+    return _ACTIVE
+
+
+def _patch_record_function() -> None:
+    """``torch.profiler.record_function`` ranges become annotations."""
+    from torch.autograd import profiler as autograd_profiler
+
+    cls = autograd_profiler.record_function
+    if getattr(cls, "_msprof_patched", False):
+        return
+    enter, exit_ = cls.__enter__, cls.__exit__
+
+    def patched_enter(self: Any) -> Any:
+        state = runtime.STATE
+        self._msprof_start = state.npu.engine.host_ns if state is not None else 0
+        return enter(self)
+
+    def patched_exit(self: Any, *exc: Any) -> Any:
+        result = exit_(self, *exc)
+        session = _ACTIVE
+        if session is not None and session.recorder is not None and runtime.STATE is not None:
+            now = runtime.STATE.npu.engine.host_ns
+            session.recorder.annotation(self.name, getattr(self, "_msprof_start", now), now)
+        return result
+
+    cls.__enter__ = patched_enter
+    cls.__exit__ = patched_exit
+    cls._msprof_patched = True

@@ -1,0 +1,9 @@
+"""Exporters: Ascend-compatible profile folders, Chrome/Perfetto traces (from the stored profile)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def export_run(run_dir: Path) -> None:
+    """Write every export of one rank's run folder (placeholder until the exporters land)."""

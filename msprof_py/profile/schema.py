@@ -1,0 +1,133 @@
+"""The stored profile's schema: every table and column, defined once.
+
+A raw profile is a folder with ``meta.json`` and, per table, Parquet part files
+``<table>-<NNNNN>.parquet`` written in bounded chunks while the run goes on. Times are integer
+nanoseconds on the simulated clocks (host and device share one time origin: the device's).
+Exporters map these names to foreign formats (Ascend CSV headers, Chrome trace fields).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+RAW_DIR = "msprof_raw"
+META_FILE = "meta.json"
+FORMAT_VERSION = 1
+NO_ID = -1  # "none" in id columns (no host op, outside any step ...)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: name, Arrow type and meaning."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the profile."""
+
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        """Column names in order."""
+        return [c.name for c in self.columns]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the table."""
+        return pa.schema([(c.name, c.type) for c in self.columns])
+
+
+_I64, _I32, _F64, _STR, _BOOL = pa.int64(), pa.int32(), pa.float64(), pa.string(), pa.bool_()
+
+TASKS = Table(
+    "tasks",
+    "Device tasks: kernels, copies, memsets, event records/waits, collectives.",
+    (
+        Column("task_id", _I64, "unique per rank, in submission order"),
+        Column("stream_id", _I32, "device stream (0 = default stream)"),
+        Column("kind", _STR, "kernel | memcpy | memset | event_record | event_wait | collective"),
+        Column("task_type", _STR, "AI_CORE, AI_VECTOR_CORE, MIX_AIC, AI_CPU, HCCL, DMA, EVENT"),
+        Column("name", _STR, "the op that launched it (aten::mm, TransData, aclrtMemcpyAsync ...)"),
+        Column("op_type", _STR, "CANN op type (MatMul, Conv2D, MEMCPY_H2D, TransData ...)"),
+        Column("block_dim", _I32, "cores the task launched"),
+        Column("launch_ns", _I64, "host clock when the launch reached the device"),
+        Column("start_ns", _I64, "device start"),
+        Column("end_ns", _I64, "device end"),
+        Column("wait_ns", _I64, "gap since the previous task on the stream ended"),
+        Column("flops", _F64, "floating-point operations"),
+        Column("bytes", _I64, "bytes read and written (as stored, padded for private formats)"),
+        Column("input_shapes", _STR, 'shapes as torch_npu writes them: "2,3;4" (";" between)'),
+        Column("input_dtypes", _STR, '";"-separated dtype names'),
+        Column("input_formats", _STR, '";"-separated formats (ND, NC1HWC0, FRACTAL_Z ...)'),
+        Column("output_shapes", _STR, "as input_shapes"),
+        Column("output_dtypes", _STR, "as input_dtypes"),
+        Column("output_formats", _STR, "as input_formats"),
+        Column("copy_kind", _STR, "HOST_TO_DEVICE | DEVICE_TO_HOST | DEVICE_TO_DEVICE, else empty"),
+        Column("pinned", _BOOL, "copy from/to page-locked host memory"),
+        Column("collective", _STR, "allreduce | allgather | reducescatter | broadcast, else empty"),
+        Column("algorithm", _STR, "collective algorithm (mesh, ring, hierarchical(...))"),
+        Column("world_size", _I32, "ranks taking part in a collective (0 otherwise)"),
+        Column("host_op_id", _I64, "host_events.event_id of the op that launched it, or -1"),
+        Column("step", _I32, "training step the launch belongs to, or -1"),
+    ),
+)
+
+HOST_EVENTS = Table(
+    "host_events",
+    "Host-side spans on the host clock: ops, launches, syncs, API calls, annotations, steps.",
+    (
+        Column("event_id", _I64, "unique per rank"),
+        Column("kind", _STR, "op | launch | sync | api | python | annotation | step"),
+        Column("name", _STR, "aten::addmm, aclrtSynchronizeStream, a user range ..."),
+        Column("start_ns", _I64, "host clock"),
+        Column("end_ns", _I64, "host clock"),
+        Column("thread", _I64, "OS thread id of the caller (0 for device-runtime spans)"),
+        Column("stream_id", _I32, "stream of a launch or sync, else -1"),
+        Column("task_id", _I64, "task a launch submitted, else -1"),
+        Column("parent_id", _I64, "event_id of the op that made this launch/sync, else -1"),
+        Column("step", _I32, "training step, or -1"),
+        Column("input_shapes", _STR, "ops: input shapes"),
+        Column("input_dtypes", _STR, "ops: input dtypes"),
+        Column("module", _STR, "ops: nn.Module path at the time (Model/Block/Conv2d)"),
+        Column("sequence", _I64, "ops: autograd sequence number (forward/backward pairs), or -1"),
+    ),
+)
+
+MEMORY = Table(
+    "memory",
+    "Device allocator events, with the statistics right after each.",
+    (
+        Column("time_ns", _I64, "host clock"),
+        Column("action", _STR, "malloc | free | segment_alloc | segment_free | oom"),
+        Column("address", _I64, "device address"),
+        Column("size", _I64, "bytes"),
+        Column("allocated", _I64, "bytes allocated after the event"),
+        Column("reserved", _I64, "bytes reserved after the event"),
+        Column("active", _I64, "bytes active after the event"),
+        Column("stream_id", _I32, "stream the block belongs to"),
+        Column("tag", _STR, "what allocated it (the op name)"),
+        Column("step", _I32, "training step, or -1"),
+    ),
+)
+
+STEPS = Table(
+    "steps",
+    "Training steps: ends marked by optimizer.step(), prof.step() or msprof_py.step().",
+    (
+        Column("step", _I32, "number, from 0 (counting warm-up steps)"),
+        Column("start_ns", _I64, "host clock at the start of the step"),
+        Column("end_ns", _I64, "host clock at the end of the step"),
+        Column("source", _STR, "optimizer | torch_npu.profiler | msprof_py.step | end of run"),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS)}
