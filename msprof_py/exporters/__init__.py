@@ -1,4 +1,4 @@
-"""Exporters: Ascend-compatible profile folders, Chrome/Perfetto traces (from the stored profile)."""
+"""Exporters: Ascend-compatible profile folders and Chrome/Perfetto traces, from stored profiles."""
 
 from __future__ import annotations
 
