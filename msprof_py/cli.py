@@ -1,32 +1,219 @@
-"""The ``msprof`` command line. Thin: parses arguments and calls library functions."""
+"""The ``msprof`` command line. Thin: parses arguments and calls library functions.
+
+msprof --application="python train.py --lr 0.1" --output=profile_data
+msprof --output=profile_data python train.py --lr 0.1
+msprof devices
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import click
 
 from msprof_py import __version__
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
+from msprof_py.profile import ProfileError
+
+_ON_OFF = click.Choice(["on", "off"])
 
 
-class _OneLineErrors(click.Group):
-    """Turn the library's expected errors into a one-line message and exit code 2."""
+class _MsprofGroup(click.Group):
+    """Commands, or an application to profile given after the options (like real msprof)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[override]
+        if args and args[0] not in self.commands:
+            return "_run", self.commands["_run"], args
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except SpecError as exc:
-            raise click.UsageError(str(exc)) from None
+        except (SpecError, ProfileError) as exc:
+            raise CliError(str(exc)) from None
 
 
-@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+class CliError(click.ClickException):
+    """A problem with what the user asked for: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The ``msprof`` console script: errors are one line and exit code 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="msprof", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("msprof: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:  # bad options and CliError alike
+        click.echo(f"msprof: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code if isinstance(exc, CliError) else 2)
+    sys.exit(0)
+
+
+@click.group(
+    cls=_MsprofGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "allow_interspersed_args": False},
+)
+@click.option(
+    "--application",
+    metavar='"CMD ARGS"',
+    help='The program to profile, e.g. "python train.py --lr 0.1" or "torchrun ...".',
+)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
+    help="Folder for the profile; each run gets its own msprof_<time> folder in it.",
+)
+@click.option(
+    "--iteration",
+    type=click.IntRange(min=1),
+    help="Record this many training steps, then stop recording (the script runs on).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Training steps to skip before recording.",
+)
+@click.option(
+    "--device",
+    default="ascend910b",
+    show_default=True,
+    help="Device preset (see `msprof devices`) or a device spec file.",
+)
+@click.option(
+    "--numerics",
+    type=click.Choice(["cpu", "none"]),
+    default="cpu",
+    show_default=True,
+    help="cpu: compute every value; none: shapes only (profile models too big for host memory).",
+)
+@click.option(
+    "--host-time",
+    type=click.Choice(["modeled", "measured"]),
+    default="modeled",
+    show_default=True,
+    help="modeled: dispatch costs from the spec (deterministic); measured: add the "
+    "script's real Python time between ops.",
+)
+@click.option(
+    "--deterministic",
+    is_flag=True,
+    help="Refuse anything that would make the timeline depend on wall-clock time.",
+)
+@click.option(
+    "--task-time", type=_ON_OFF, default="on", show_default=True, help="Record device tasks."
+)
+@click.option(
+    "--sys-hardware-mem",
+    type=_ON_OFF,
+    default="on",
+    show_default=True,
+    help="Record device memory events.",
+)
+@click.option(
+    "--ascendcl",
+    type=_ON_OFF,
+    default="on",
+    show_default=True,
+    help="Record host runtime API calls (launches, synchronisations).",
+)
+@click.option(
+    "--type",
+    "output_type",
+    type=click.Choice(["text", "db"]),
+    default="text",
+    show_default=True,
+    help="Output type (db is not supported yet).",
+)
+@click.option(
+    "--report/--no-report",
+    default=True,
+    show_default=True,
+    help="Write the HTML report at the end of the run.",
+)
 @click.version_option(__version__, prog_name="msprof")
-def main() -> None:
-    """msprof-py: profile PyTorch training on a simulated Ascend-style NPU."""
+@click.pass_context
+def cli(ctx: click.Context, application: str | None, **options: object) -> None:
+    """msprof-py: profile PyTorch training on a simulated Ascend-style NPU.
+
+    Run a training script under the simulated NPU and record its op, copy, stream and memory
+    timelines:
+
+        msprof --application="python train.py" --output=profile_data
+
+        msprof --output=profile_data python train.py --lr 0.1
+    """
+    ctx.obj = dict(options)
+    if ctx.invoked_subcommand is not None:
+        if application is not None and ctx.invoked_subcommand == "_run":
+            raise click.UsageError(
+                "give the application either with --application or after the options, not both"
+            )
+        return
+    if application is None:
+        click.echo(ctx.get_help())
+        return
+    from msprof_py.collectors.launcher import split_application
+
+    _profile(ctx.obj, split_application(application))
 
 
-@main.command()
+@cli.command(
+    "_run",
+    hidden=True,
+    add_help_option=False,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("application", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def _run(ctx: click.Context, application: tuple[str, ...]) -> None:
+    _profile(ctx.obj, list(application))
+
+
+def _profile(options: dict, application: list[str]) -> None:
+    from msprof_py.collectors.launcher import LaunchError
+    from msprof_py.collectors.run import ProfileRun, RunOptions
+
+    if options["output_type"] == "db":
+        raise click.UsageError("--type db is not supported yet; use --type text")
+    if options["deterministic"] and options["host_time"] == "measured":
+        raise click.UsageError(
+            "--deterministic needs --host-time modeled (measured host time "
+            "depends on the wall clock)"
+        )
+    DeviceSpec.load(options["device"])  # an unknown preset or bad spec fails here, clearly
+    run_options = RunOptions(
+        output=Path(str(options["output"])),
+        device=str(options["device"]),
+        numerics=str(options["numerics"]),
+        host_time=str(options["host_time"]),
+        warmup=int(options["warmup"]),  # type: ignore[arg-type]
+        iteration=options["iteration"],  # type: ignore[arg-type]
+        deterministic=bool(options["deterministic"]),
+        task_time=options["task_time"] == "on",
+        sys_hardware_mem=options["sys_hardware_mem"] == "on",
+        ascendcl=options["ascendcl"] == "on",
+        report=bool(options["report"]),
+    )
+    try:
+        run = ProfileRun(run_options, application)
+        code = run.execute()
+    except LaunchError as exc:
+        raise CliError(str(exc)) from None
+    run.print_summary()
+    sys.exit(code)
+
+
+@cli.command()
 @click.option(
     "--spec",
     "spec_file",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from msprof_py.cli import main
+from msprof_py.cli import cli as main
 
 
 def test_devices_lists_the_presets_as_json() -> None:

@@ -1,0 +1,1 @@
+"""Analyzers: pure functions from a stored profile to DataFrames and findings (no torch here)."""

@@ -1,0 +1,106 @@
+"""One ``msprof`` invocation: launch the application, then finish and summarise its profile."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from msprof_py.collectors.launcher import LaunchError, launch
+from msprof_py.collectors.session import SessionConfig
+from msprof_py.profile.schema import META_FILE, RAW_DIR
+from msprof_py.profile.writer import write_json_atomic
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The msprof options that shape a run."""
+
+    output: Path
+    device: str = "ascend910b"
+    numerics: str = "cpu"
+    host_time: str = "modeled"
+    warmup: int = 0
+    iteration: int | None = None
+    deterministic: bool = False
+    task_time: bool = True
+    sys_hardware_mem: bool = True
+    ascendcl: bool = True
+    report: bool = True
+
+
+def new_run_folder(output: Path) -> Path:
+    """A fresh ``msprof_<time>`` folder in ``output`` (never an existing one)."""
+    if output.exists() and not output.is_dir():
+        raise LaunchError(f"--output {output} is a file, not a folder")
+    stamp = dt.datetime.now().strftime("%Y%m%d_%H%M%S")
+    candidate = output / f"msprof_{stamp}"
+    suffix = 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            candidate = output / f"msprof_{stamp}_{suffix}"
+            suffix += 1
+
+
+class ProfileRun:
+    """Launches the application under recording and finishes every rank's profile."""
+
+    def __init__(self, options: RunOptions, application: list[str]) -> None:
+        if not application:
+            raise LaunchError('no application given (use --application="python train.py")')
+        self.options = options
+        self.application = application
+        self.folder: Path | None = None
+        self.rank_dirs: list[Path] = []
+        self.exit_code = 0
+
+    def execute(self) -> int:
+        """Run the application; return its exit code."""
+        o = self.options
+        self.folder = new_run_folder(o.output)
+        config = SessionConfig(
+            output=str(self.folder),
+            device=o.device,
+            numerics=o.numerics,
+            host_time=o.host_time,
+            warmup=o.warmup,
+            iteration=o.iteration,
+            task_time=o.task_time,
+            sys_hardware_mem=o.sys_hardware_mem,
+            ascendcl=o.ascendcl,
+            deterministic=o.deterministic,
+            command=" ".join(self.application),
+            export=False,
+        )
+        try:
+            self.exit_code = launch(self.application, config)
+        except LaunchError:
+            self.folder.rmdir()
+            raise
+        self.rank_dirs = sorted(
+            p.parent.parent for p in self.folder.glob(f"*/{RAW_DIR}/{META_FILE}")
+        )
+        for rank_dir in self.rank_dirs:
+            self._finish(rank_dir)
+        return self.exit_code
+
+    def _finish(self, rank_dir: Path) -> None:
+        meta_path = rank_dir / RAW_DIR / META_FILE
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        meta["exit_code"] = self.exit_code
+        if meta.get("status") == "running":  # killed before it could say how it ended
+            meta["status"] = "killed"
+        write_json_atomic(meta_path, meta)
+        from msprof_py.exporters import export_run
+
+        export_run(rank_dir)
+
+    def print_summary(self) -> None:
+        """The end-of-run summary on the terminal."""
+        from msprof_py.collectors.summary import print_run_summary
+
+        print_run_summary(self.folder, self.rank_dirs, self.exit_code)
