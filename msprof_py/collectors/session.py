@@ -220,6 +220,11 @@ class Session:
 
     def _at_exit(self) -> None:
         self.stop(self.status if self.status != "running" else "completed")
+        if self.status == "interrupted" and self.pid == os.getpid():
+            # exit the way an interrupted Python exits (killed by SIGINT: status 130), which
+            # the interpreter no longer does once a KeyboardInterrupt crossed torch's C++ frames
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
 
     def _excepthook(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
         if isinstance(value, adapter.NpuOutOfMemory):

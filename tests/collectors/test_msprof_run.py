@@ -1,0 +1,194 @@
+"""msprof end to end: launching, exit codes, crash/signal/OOM safety, the step window."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import msprof_py
+
+MSPROF = [sys.executable, "-m", "msprof_py.cli_entry"]
+
+TRAIN = """
+import sys, torch
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+model = model.to("npu")
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range({steps}):
+    x = torch.randn(8, 16).to("npu")
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("loss", loss.item())
+"""
+
+
+def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def _msprof(*args: str, cwd: Path, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MSPROF, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _run_folder(output: Path) -> Path:
+    (folder,) = sorted(output.glob("msprof_*"))
+    return folder
+
+
+def test_profiles_a_training_script(tmp_path: Path) -> None:
+    script = _script(tmp_path, TRAIN.format(steps=3))
+    result = _msprof("--output=out", "python", str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "loss" in result.stdout
+    assert "profile written to" in result.stderr and "top ops" in result.stderr
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.ranks == [0]
+    meta = profile.meta[0]
+    assert meta["status"] == "completed" and meta["exit_code"] == 0
+    assert meta["device"] == "ascend910b" and meta["numerics"] == "cpu"
+    assert list(profile.steps["step"]) == [0, 1, 2, 3]  # 3 optimizer steps + the tail
+    assert {"MatMul", "MEMCPY_H2D"} <= set(profile.tasks["op_type"])
+    ops = profile.host_events[profile.host_events["kind"] == "op"]
+    linked = profile.tasks[profile.tasks["host_op_id"] >= 0]
+    assert set(linked["host_op_id"]) <= set(ops["event_id"])  # every task knows its host op
+    assert (ops["module"].str.contains("Sequential/Linear")).any()
+
+
+def test_application_option_and_second_run_gets_a_new_folder(tmp_path: Path) -> None:
+    script = _script(tmp_path, TRAIN.format(steps=1))
+    for _ in range(2):
+        result = _msprof(f"--application=python {script}", "--output=out", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "out").glob("msprof_*"))) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "status"),
+    [
+        ("import sys\n" + TRAIN.format(steps=2) + "sys.exit(3)\n", 3, "completed"),
+        (TRAIN.format(steps=2) + "raise ValueError('boom')\n", 1, "exception"),
+        (
+            TRAIN.format(steps=2) + "torch.empty(100 * 2**30, dtype=torch.uint8, device='npu')\n",
+            1,
+            "oom",
+        ),
+    ],
+    ids=["sys-exit-3", "exception", "oom"],
+)
+def test_every_exit_keeps_the_profile(tmp_path: Path, body: str, code: int, status: str) -> None:
+    script = _script(tmp_path, body)
+    result = _msprof("--output=out", "python", str(script), cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.meta[0]["status"] == status
+    assert profile.meta[0]["exit_code"] == code
+    assert (profile.tasks["op_type"] == "MatMul").sum() > 0
+    assert list(profile.steps["step"][:2]) == [0, 1]
+
+
+def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        TRAIN.format(steps=1_000_000).replace(
+            "optimizer.step()", "optimizer.step()\n    if step == 2: print('ready', flush=True)"
+        ),
+    )
+    child = subprocess.Popen(
+        [*MSPROF, "--output=out", "python", str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert child.stdout is not None
+    deadline = time.time() + 120
+    while "ready" not in child.stdout.readline():
+        assert time.time() < deadline
+    time.sleep(0.5)
+    os.killpg(child.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    child.communicate(timeout=120)
+    assert child.returncode == 130
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.meta[0]["status"] == "interrupted"
+    assert len(profile.steps) >= 3
+
+
+def test_iteration_window(tmp_path: Path) -> None:
+    script = _script(tmp_path, TRAIN.format(steps=6))
+    result = _msprof(
+        "--warmup=2", "--iteration=2", "--output=out", "python", str(script), cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert list(profile.steps["step"]) == [2, 3]
+    assert set(profile.tasks["step"]) == {2, 3}
+    assert "loss" in result.stdout  # the script ran to its end
+
+
+def test_deterministic_runs_give_identical_tables(tmp_path: Path) -> None:
+    script = _script(tmp_path, TRAIN.format(steps=2))
+    tables = []
+    for out in ("a", "b"):
+        result = _msprof("--deterministic", f"--output={out}", "python", str(script), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        tables.append(msprof_py.load(_run_folder(tmp_path / out)).tasks)
+    assert tables[0].equals(tables[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--output=out", "python", "missing.py"], "script not found: missing.py"),
+        (["--device=nosuch", "--output=out", "python", "x.py"], "unknown device preset"),
+        (["--type=db", "--output=out", "python", "x.py"], "--type db is not supported yet"),
+        (["--deterministic", "--host-time=measured", "python", "x.py"], "--deterministic"),
+        (["--iteration=0", "python", "x.py"], "--iteration"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    result = _msprof(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("msprof: error:")
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_script_marked_steps_and_annotations(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import torch, msprof_py
+        x = torch.randn(64, 64, device="npu")
+        for i in range(3):
+            with msprof_py.annotate("forward"):
+                y = x @ x
+            msprof_py.step()
+        """,
+    )
+    result = _msprof("--output=out", "python", str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    steps = profile.steps
+    assert list(steps[steps["source"] == "msprof_py.step"]["step"]) == [0, 1, 2]
+    annotations = profile.host_events[profile.host_events["kind"] == "annotation"]
+    assert list(annotations["name"]) == ["forward"] * 3
+    assert json.loads(
+        (_run_folder(tmp_path / "out").glob("*/msprof_raw/meta.json").__next__()).read_text()
+    )["command"].endswith("train.py")
