@@ -72,9 +72,11 @@ def install(
     npu_module.amp = npu_amp  # type: ignore[attr-defined]
     sys.modules.setdefault("torch.npu", npu_module)
     sys.modules.setdefault("torch.npu.amp", npu_amp)
+    from msprof_py.adapter import distributed
     from msprof_py.adapter.shim import install_import_hook
 
     install_import_hook()
+    distributed.register()
     assert torch.npu is npu_module
     return runtime.STATE.npu
 

@@ -97,8 +97,11 @@ def set_device(device: int | str | torch.device) -> None:
     global _current_device
     index = torch.device(device).index if not isinstance(device, int) else device
     index = 0 if index is None else index
-    if not 0 <= index < device_count():
-        raise RuntimeError(f"invalid npu device index {index}: {device_count()} device(s) visible")
+    # under mp.spawn, set_device(rank) may come before init_process_group tells the world
+    # size: accept any index of one server's NPUs
+    limit = max(device_count(), runtime.state().npu.spec.hccl.ranks_per_server)
+    if not 0 <= index < limit:
+        raise RuntimeError(f"invalid npu device index {index}: {limit} device(s) visible")
     _current_device = index
 
 

@@ -104,7 +104,7 @@ def test_device_module_queries(npu: SimulatedNpu) -> None:
     torch.npu.set_device(0)
     torch.npu.set_device("npu:0")
     with pytest.raises(RuntimeError, match="invalid npu device index"):
-        torch.npu.set_device(3)
+        torch.npu.set_device(8)  # a 910B server has 8 NPUs (0-7)
     assert torch.npu.get_device_name() == "Ascend910B2 (simulated)"
     props = torch.npu.get_device_properties(0)
     assert props.total_memory == 62 * 2**30 and props.cube_core_num == 24
