@@ -12,8 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
-demo: $(STAMP)  ## the main job: the three-stage ACL pipeline on the simulated NPU
-	$(BIN)/python sample_runs/acl_pipeline.py
+demo: $(STAMP)  ## the main job: profile the ResNet sample on the simulated NPU
+	$(BIN)/msprof --output=profile_data python sample_runs/train_resnet.py --steps 5
 
 test: $(STAMP)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
 	$(BIN)/ruff check .

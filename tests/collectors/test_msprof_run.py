@@ -192,3 +192,20 @@ def test_script_marked_steps_and_annotations(tmp_path: Path) -> None:
     assert json.loads(
         (_run_folder(tmp_path / "out").glob("*/msprof_raw/meta.json").__next__()).read_text()
     )["command"].endswith("train.py")
+
+
+def test_torchrun_records_every_rank(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[2] / "sample_runs" / "train_ddp.py"
+    result = _msprof("--output=out", "torchrun", "--nproc-per-node=2", str(sample), "--steps=3",
+                     cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.ranks == [0, 1]
+    assert {m["world_size"] for m in profile.meta.values()} == {2}
+    for rank in (0, 1):
+        tasks = profile.for_rank(rank).tasks
+        assert (tasks["task_type"] == "HCCL").any()
+    hccl = profile.tasks[profile.tasks["task_type"] == "HCCL"]
+    by_rank = [hccl[hccl["rank"] == r][["name", "start_ns", "end_ns"]].reset_index(drop=True)
+               for r in (0, 1)]
+    assert by_rank[0].equals(by_rank[1])  # collectives start and end together on every rank
