@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from adapter_helpers import run_script
 
-from msprof_py.device import HostKind, SimulatedNpu, TaskLog
+from msprof_py.device import SimulatedNpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,32 +67,43 @@ def test_transfer_to_npu_runs_a_cuda_script_unchanged() -> None:
     assert lines[2] == "npu Event"
 
 
-def test_profiler_api_marks_steps(npu: SimulatedNpu, log: TaskLog) -> None:
-    import torch_npu
-
-    config = torch_npu.profiler._ExperimentalConfig(
-        profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
-        aic_metrics=torch_npu.profiler.AiCMetrics.PipeUtilization,
-    )
-    ready = []
-    with torch_npu.profiler.profile(
-        activities=[
-            torch_npu.profiler.ProfilerActivity.CPU,
-            torch_npu.profiler.ProfilerActivity.NPU,
-        ],
-        schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
-        on_trace_ready=lambda prof: ready.append(prof.step_num),
-        record_shapes=True,
-        experimental_config=config,
-    ) as prof:
+def test_profiler_api_records_the_scheduled_steps(tmp_path: Path) -> None:
+    result = run_script(
+        f"""
+        import torch, msprof_py, msprof_py.adapter as ad
+        ad.install()
+        import torch_npu
+        config = torch_npu.profiler._ExperimentalConfig(
+            profiler_level=torch_npu.profiler.ProfilerLevel.Level1,
+            aic_metrics=torch_npu.profiler.AiCMetrics.PipeUtilization,
+        )
+        ready = []
         x = torch.randn(16, 16, device="npu")
-        for _ in range(4):
-            x = x @ x
-            prof.step()
-    steps = [h.name for h in log.host if h.kind is HostKind.API and h.name.startswith("step:")]
-    assert steps == ["step:torch_npu.profiler"] * 4 and prof.step_num == 4
-    assert ready == [4]
-    action = torch_npu.profiler.schedule(wait=1, warmup=1, active=2)
+        with torch_npu.profiler.profile(
+            activities=[torch_npu.profiler.ProfilerActivity.CPU,
+                        torch_npu.profiler.ProfilerActivity.NPU],
+            schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler({str(tmp_path)!r}),
+            record_shapes=True,
+            experimental_config=config,
+        ) as prof:
+            for _ in range(6):
+                x = (x @ x).tanh()
+                prof.step()
+        profile = msprof_py.load({str(tmp_path)!r})
+        print(prof.step_num, list(profile.steps["step"]), set(profile.tasks["step"]))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "6 [2, 3] {2, 3}"
+    (run_dir,) = tmp_path.glob("*_ascend_pt")
+    assert (run_dir / "msprof_raw" / "meta.json").is_file()
+
+
+def test_profiler_schedule_actions() -> None:
+    from msprof_py.adapter.torch_npu import profiler
+
+    action = profiler.schedule(wait=1, warmup=1, active=2)
     assert [action(i).name for i in range(5)] == [
         "NONE",
         "WARMUP",

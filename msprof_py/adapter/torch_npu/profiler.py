@@ -1,8 +1,11 @@
 """``torch_npu.profiler``: the torch_npu profiling API, with its real signatures.
 
-Inside msprof-py the device is always recorded (by ``msprof``); this API marks the steps it is
-told about (``prof.step()``), so scripts instrumented for torch_npu's profiler run unchanged and
-their step boundaries reach the timeline.
+Under ``msprof`` the run is already recorded: ``prof.step()`` marks the steps. Without the
+launcher, ``profile.start()`` opens a recording session itself (the same collectors), writing a
+``{hostname}_{pid}_{time}_ascend_pt`` folder into the ``tensorboard_trace_handler`` folder (or
+the current one) when it stops; the schedule's skip_first + wait + warmup steps are skipped and
+its first ``active`` steps recorded. (This module maps the API onto the collectors, the layer
+above the adapter; it imports them only when a profile starts.)
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def tensorboard_trace_handler(
     def handler(prof: profile) -> None:
         prof.trace_dir = dir_name
 
+    handler.dir_name = dir_name  # type: ignore[attr-defined]
     return handler
 
 
@@ -142,12 +146,42 @@ class profile:
         self.trace_dir: str | None = None
 
     def start(self) -> None:
-        """Begin profiling."""
+        """Begin profiling (opens a recording session unless msprof already records)."""
+        from msprof_py.collectors.session import active_session, start_session
+
+        if active_session() is None:
+            self._session = start_session(self._session_config())
 
     def stop(self) -> None:
-        """End profiling; calls ``on_trace_ready``."""
+        """End profiling: write the profile (when this profile opened the session), then call
+        ``on_trace_ready``."""
+        session = getattr(self, "_session", None)
+        if session is not None:
+            self.trace_dir = str(session.stop() or "")
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
+
+    def _session_config(self) -> Any:
+        from msprof_py.adapter import runtime
+        from msprof_py.collectors.session import SessionConfig
+
+        output = getattr(self.on_trace_ready, "dir_name", None) or "."
+        warmup, iteration = 0, None
+        if self.schedule is not None:
+            actions = [self.schedule(i).name for i in range(10_000)]
+            recording = [i for i, a in enumerate(actions) if a.startswith("RECORD")]
+            if recording:
+                warmup = recording[0]
+                ends = [i for i in recording if actions[i] == "RECORD_AND_SAVE"]
+                iteration = (ends[0] if ends else recording[-1]) - warmup + 1
+        config = SessionConfig(output=output, warmup=warmup, iteration=iteration)
+        state = runtime.STATE
+        if state is not None:  # keep the device the script installed
+            origin = state.npu.spec.origin
+            config.device = origin.removeprefix("preset ")
+            config.numerics = state.settings.numerics
+            config.host_time = state.settings.host_time
+        return config
 
     def step(self) -> None:
         """Mark the end of a training step."""
