@@ -1,0 +1,99 @@
+"""What recording costs on top of the npu adapter: wall time, recorder memory, bytes on disk.
+
+1. Whole-run wall time of a sample script run directly (adapter only: it installs the device
+   itself) and under ``msprof`` (adapter + recording + export), side by side, best of N.
+2. A long run of small ops (``--ops`` device ops) in one process, without and with a recording
+   session: peak RSS of each (the recorder flushes in bounded chunks, so the difference must not
+   grow with the run), and the raw profile's bytes on disk, scaled to one million tasks.
+
+    python benchmarks/bench_recording.py [--repeats 3] [--ops 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "sample_runs" / "train_resnet.py"
+
+LONG_RUN = """
+import json, resource, sys, tempfile, time
+from pathlib import Path
+import torch
+record = sys.argv[1] == "record"
+ops = int(sys.argv[2])
+out = tempfile.mkdtemp()
+if record:
+    from msprof_py.collectors.session import SessionConfig, start_session
+    session = start_session(SessionConfig(output=out, export=False))
+else:
+    import msprof_py.adapter
+    msprof_py.adapter.install()
+x = torch.randn(64, device="npu")
+t0 = time.perf_counter()
+for i in range(ops // 2):
+    x = (x * 0.5).add_(1.0)
+    if i % 1000 == 999:
+        import msprof_py
+        msprof_py.step()
+elapsed = time.perf_counter() - t0
+raw_bytes = 0
+if record:
+    run = session.stop()
+    raw_bytes = sum(p.stat().st_size for p in (run / "msprof_raw").iterdir())
+rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"elapsed": elapsed, "rss_mb": rss_mb, "raw_bytes": raw_bytes}))
+"""
+
+
+def best_wall(command: list[str], repeats: int, cwd: Path) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run(command, cwd=cwd, check=True, capture_output=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def long_run(mode: str, ops: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", LONG_RUN, mode, str(ops)], check=True,
+                         capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--ops", type=int, default=200_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        direct = best_wall([sys.executable, str(SAMPLE), f"--steps={args.steps}"], args.repeats,
+                           work)
+        msprof = best_wall([sys.executable, "-m", "msprof_py.cli_entry", "--output=out",
+                            "--no-report", "python", str(SAMPLE), f"--steps={args.steps}"],
+                           args.repeats, work)
+    print(f"python {sys.version.split()[0]}; best of {args.repeats}")
+    print("| run | wall time (s) | ratio |\n|---|---:|---:|")
+    print(f"| train_resnet.py --steps {args.steps}, adapter only | {direct:.2f} | 1.00 |")
+    print(f"| same under msprof (record + export) | {msprof:.2f} | {msprof / direct:.2f} |")
+    plain, recorded = long_run("plain", args.ops), long_run("record", args.ops)
+    per_million = recorded["raw_bytes"] / args.ops * 1e6
+    print(f"\nlong run: {args.ops} device ops in one process")
+    print("| | loop time (s) | peak RSS (MB) |\n|---|---:|---:|")
+    print(f"| adapter only | {plain['elapsed']:.1f} | {plain['rss_mb']:.0f} |")
+    print(f"| recording | {recorded['elapsed']:.1f} | {recorded['rss_mb']:.0f} |")
+    print(f"\nrecording overhead on the loop: {recorded['elapsed'] / plain['elapsed']:.2f}x; "
+          f"recorder memory: {recorded['rss_mb'] - plain['rss_mb']:.0f} MB; raw profile on "
+          f"disk: {per_million / 2**20:.0f} MiB per million tasks")
+
+
+if __name__ == "__main__":
+    main()
