@@ -53,7 +53,8 @@ class KernelCost:
     bytes: int
 
 
-def _bound(sched: int, cube: float, vector: float, memory: float) -> Bound:
+def bound_of(sched: int, cube: float, vector: float, memory: float) -> Bound:
+    """Which roofline term sets the duration (overhead when scheduling exceeds them all)."""
     work = max(cube, vector, memory)
     if work < sched:
         return Bound.OVERHEAD
@@ -140,7 +141,7 @@ def matmul_cost(
         vector_ns=vector,
         memory_ns=memory,
         waves=math.ceil(bd / cores),
-        bound=_bound(sched, cube, vector, memory),
+        bound=bound_of(sched, cube, vector, memory),
         flops=2.0 * batch * m * n * k,
         bytes=bytes_moved,
     )
@@ -186,7 +187,7 @@ def vector_cost(
         vector_ns=vector,
         memory_ns=memory,
         waves=math.ceil(block_dim / cores),
-        bound=_bound(sched, 0.0, vector, memory),
+        bound=bound_of(sched, 0.0, vector, memory),
         flops=float(elements * ops_per_element) if flops is None else flops,
         bytes=bytes_moved,
     )

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from msprof_py.adapter.custom_ops import device_call, host, launch_kernel, state, wrap
 from msprof_py.adapter.opcost import dtype_name
-from msprof_py.device.costmodel import Bound, KernelCost, matmul_cost, vector_cost
+from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
 from msprof_py.device.records import TaskType
 from msprof_py.device.spec import DeviceSpec
 
@@ -76,15 +76,6 @@ def _fresh(t: torch.Tensor, keep: Sequence[torch.Tensor] = ()) -> torch.Tensor:
 
 def _nbytes(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.numel() * t.element_size()
-
-
-def _bound(sched: int, cube: float, vector: float, memory: float) -> Bound:
-    work = max(cube, vector, memory)
-    if work < sched:
-        return Bound.OVERHEAD
-    if work == cube:
-        return Bound.CUBE
-    return Bound.VECTOR if work == vector else Bound.MEMORY
 
 
 def _wrap_all(results: Sequence[torch.Tensor], keep: Sequence[torch.Tensor], tag: str) -> list:
@@ -310,7 +301,7 @@ class _Attention:
             cube_ns=cube,
             vector_ns=vector,
             duration_ns=sched + round(max(cube, vector, base.memory_ns)),
-            bound=_bound(sched, cube, vector, base.memory_ns),
+            bound=bound_of(sched, cube, vector, base.memory_ns),
             flops=base.flops * density,
         )
 
