@@ -21,6 +21,19 @@ from msprof_py.profile.schema import NO_ID
 from msprof_py.profile.writer import RawWriter
 
 _size = torch._C.TensorBase.size
+_current_node = torch._C._current_autograd_node
+_peek_sequence = torch.autograd._get_sequence_nr
+
+
+def _sequence_number() -> int:
+    """The autograd sequence number pairing a forward op with its backward: in backward, the
+    node being run's number; in forward (grad mode), the number its grad_fn will get."""
+    node = _current_node()
+    if node is not None:
+        return int(node._sequence_nr())
+    return int(_peek_sequence()) if torch.is_grad_enabled() else NO_ID
+
+
 #: step sources a script states explicitly; once one is seen, optimizer hooks no longer count
 EXPLICIT_STEP_SOURCES = ("torch_npu.profiler", "msprof_py.step")
 
@@ -106,6 +119,7 @@ class Recorder:
         module = "/".join(self.module_stack)
         event_id = self._next_event
         self._next_event += 1
+        sequence = _sequence_number()
         self._open_op = [
             event_id,
             name,
@@ -114,6 +128,7 @@ class Recorder:
             shapes,
             dtypes,
             module,
+            sequence,
         ]
 
     def op_end(self) -> None:
@@ -122,7 +137,7 @@ class Recorder:
         if not op:
             return
         self._open_op = []
-        event_id, name, start, thread, shapes, dtypes, module = op
+        event_id, name, start, thread, shapes, dtypes, module, sequence = op
         self.writer.append(
             "host_events",
             (
@@ -139,7 +154,7 @@ class Recorder:
                 shapes,
                 dtypes,
                 module,
-                NO_ID,
+                sequence,
             ),
         )
 

@@ -209,3 +209,16 @@ def test_torchrun_records_every_rank(tmp_path: Path) -> None:
     by_rank = [hccl[hccl["rank"] == r][["name", "start_ns", "end_ns"]].reset_index(drop=True)
                for r in (0, 1)]
     assert by_rank[0].equals(by_rank[1])  # collectives start and end together on every rank
+
+
+def test_backward_ops_carry_their_forward_sequence_number(tmp_path: Path) -> None:
+    script = _script(tmp_path, TRAIN.format(steps=1))
+    result = _msprof("--output=out", "python", str(script), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    ops = msprof_py.load(_run_folder(tmp_path / "out")).host_events
+    ops = ops[ops["kind"] == "op"]
+    forward = ops[ops["name"] == "aten::addmm"]
+    backward_threads = set(ops["thread"]) - set(forward["thread"])
+    assert backward_threads  # backward ran on the autograd engine's device thread
+    backward = ops[ops["thread"].isin(backward_threads) & (ops["sequence"] >= 0)]
+    assert set(forward["sequence"]) & set(backward["sequence"])  # fwd/bwd pairs line up
