@@ -54,6 +54,8 @@ class OpPlan:
     #: for each return: the index into ``writes`` it aliases, or None for a fresh tensor
     returns_alias: tuple[int | None, ...]
     returns_value: bool
+    #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python scalars)
+    tensor_args: tuple[int, ...] = ()
     host_call: Callable[..., Any] | None = None
 
 
@@ -91,7 +93,12 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         not isinstance(r.type, (torch.TensorType, torch.ListType, torch.OptionalType))
         for r in schema.returns
     )
-    return OpPlan(op, base, f"aten::{base}", view, writes, tuple(aliases), returns_value)
+    tensor_args = tuple(
+        i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType)
+    )
+    return OpPlan(
+        op, base, f"aten::{base}", view, writes, tuple(aliases), returns_value, tensor_args
+    )
 
 
 # ---- the fallback ------------------------------------------------------------------------
@@ -148,6 +155,21 @@ class _Unwrapped:
         return v
 
 
+_NUMBERS = (bool, int, float, complex)
+
+
+def _rewrap_numbers(plan: OpPlan, args: tuple) -> tuple:
+    """Turn Python numbers back into the 0-dim tensors the schema asks for (torch's boxed
+    calling convention unwraps wrapped-number tensors such as the 7 in ``x % 7``)."""
+    if not any(i < len(args) and isinstance(args[i], _NUMBERS) for i in plan.tensor_args):
+        return args
+    fixed = list(args)
+    for i in plan.tensor_args:
+        if i < len(fixed) and isinstance(fixed[i], _NUMBERS):
+            fixed[i] = torch.tensor(fixed[i])
+    return tuple(fixed)
+
+
 def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
     call = plan.host_call or plan.op
     try:
@@ -162,6 +184,8 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
     """Run a non-view op: host computation, device kernels, npu outputs."""
     unwrap = _Unwrapped(state.meta)
     host_args = tuple(unwrap.value(a) for a in args)
+    if plan.tensor_args:
+        host_args = _rewrap_numbers(plan, host_args)
     host_kwargs = {k: unwrap.value(v) for k, v in kwargs.items()}
     if unwrap.cpu_seen and unwrap.npu and plan.base not in _CPU_INDEX_OK:
         raise RuntimeError(_MISMATCH)

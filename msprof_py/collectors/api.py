@@ -20,9 +20,10 @@ def annotate(name: str) -> Iterator[None]:
     """Record the enclosed code as a named host range on the timeline."""
     state = runtime.STATE
     start = state.npu.engine.host_ns if state is not None else 0
+    session = active_session()
+    step = session.recorder.step if session is not None and session.recorder else None
     try:
         yield
     finally:
-        session = active_session()
         if state is not None and session is not None and session.recorder is not None:
-            session.recorder.annotation(name, start, state.npu.engine.host_ns)
+            session.recorder.annotation(name, start, state.npu.engine.host_ns, step)

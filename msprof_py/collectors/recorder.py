@@ -30,8 +30,12 @@ def _sequence_number() -> int:
     node being run's number; in forward (grad mode), the number its grad_fn will get."""
     node = _current_node()
     if node is not None:
-        return int(node._sequence_nr())
-    return int(_peek_sequence()) if torch.is_grad_enabled() else NO_ID
+        number = int(node._sequence_nr())
+    elif torch.is_grad_enabled():
+        number = int(_peek_sequence())
+    else:
+        return NO_ID
+    return number if 0 <= number < 2**63 else NO_ID  # the engine's "none" is uint64 max
 
 
 #: step sources a script states explicitly; once one is seen, optimizer hooks no longer count
@@ -158,8 +162,8 @@ class Recorder:
             ),
         )
 
-    def annotation(self, name: str, start: int, end: int) -> None:
-        """A user range (``msprof_py.annotate``, ``record_function``)."""
+    def annotation(self, name: str, start: int, end: int, step: int | None = None) -> None:
+        """A user range (``msprof_py.annotate``, ``record_function``), in the step it began."""
         if self.recording:
             event_id = self._next_event
             self._next_event += 1
@@ -175,7 +179,7 @@ class Recorder:
                     -1,
                     NO_ID,
                     NO_ID,
-                    self.step,
+                    self.step if step is None else step,
                     "",
                     "",
                     "/".join(self.module_stack),

@@ -213,7 +213,10 @@ class Session:
         if self.config.export:
             from msprof_py.exporters import export_run
 
-            export_run(self.run_dir)
+            try:
+                export_run(self.run_dir)
+            except Exception as exc:  # the raw profile is safe; say what failed, don't crash
+                print(f"msprof: export of {self.run_dir} failed: {exc}", file=sys.stderr)
         return self.run_dir
 
     # ---- exit paths ---------------------------------------------------------------------
@@ -301,6 +304,9 @@ def _patch_record_function() -> None:
     def patched_enter(self: Any) -> Any:
         state = runtime.STATE
         self._msprof_start = state.npu.engine.host_ns if state is not None else 0
+        session = _ACTIVE
+        recorder = session.recorder if session is not None else None
+        self._msprof_step = recorder.step if recorder is not None else None
         return enter(self)
 
     def patched_exit(self: Any, *exc: Any) -> Any:
@@ -308,7 +314,12 @@ def _patch_record_function() -> None:
         session = _ACTIVE
         if session is not None and session.recorder is not None and runtime.STATE is not None:
             now = runtime.STATE.npu.engine.host_ns
-            session.recorder.annotation(self.name, getattr(self, "_msprof_start", now), now)
+            session.recorder.annotation(
+                self.name,
+                getattr(self, "_msprof_start", now),
+                now,
+                getattr(self, "_msprof_step", None),
+            )
         return result
 
     cls.__enter__ = patched_enter

@@ -1,9 +1,29 @@
-"""Exporters: Ascend-compatible profile folders and Chrome/Perfetto traces, from stored profiles."""
+"""Exporters: Ascend-compatible profile folders and Chrome/Perfetto traces, from stored profiles.
+
+They work on the stored profile only (:mod:`msprof_py.profile`), never on live runtime
+objects, and import no torch.
+
+* :func:`export_run` writes the torch_npu layout (``profiler_info*.json``,
+  ``ASCEND_PROFILER_OUTPUT/``, the CANN ``PROF_*`` folder) into one rank's ``*_ascend_pt``
+  folder, for msprof-analyze and MindStudio Insight (:mod:`.ascend_pt`).
+* :func:`write_chrome_trace` writes a Chrome/Perfetto trace of a profile (:mod:`.chrome`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from msprof_py.exporters.ascend_pt import ExportExistsError, export_ascend_pt
+from msprof_py.exporters.chrome import write_chrome_trace
+from msprof_py.exporters.runinfo import ExportError
+
+__all__ = ["ExportError", "ExportExistsError", "export_run", "write_chrome_trace"]
+
 
 def export_run(run_dir: Path) -> None:
-    """Write every export of one rank's run folder (placeholder until the exporters land)."""
+    """Write every Ascend export of one rank's run folder (``*_ascend_pt`` with ``msprof_raw/``).
+
+    Raises :class:`ExportExistsError` (a ``FileExistsError``) when the folder already holds an
+    export: exports never overwrite, and nothing is written in that case.
+    """
+    export_ascend_pt(Path(run_dir))

@@ -101,3 +101,12 @@ def test_modules_train_on_npu(npu: SimulatedNpu) -> None:
     loss = model(torch.randn(5, 4, device="npu")).pow(2).mean()
     loss.backward()
     assert all(p.grad is not None and p.grad.device.type == "npu" for p in model.parameters())
+
+
+def test_python_numbers_in_tensor_arguments(npu: SimulatedNpu) -> None:
+    x = torch.arange(6.0)
+    got = ((x.to("npu") * 3 + 1) % 7).cpu()
+    assert torch.equal(got, (x * 3 + 1) % 7)
+    assert torch.equal(torch.remainder(x.to("npu"), 4).cpu(), torch.remainder(x, 4))
+    assert (torch.arange(6, device="npu") + 2.5).dtype == torch.float32
+    assert (torch.ones(3, dtype=torch.float16, device="npu") * 2.5).dtype == torch.float16

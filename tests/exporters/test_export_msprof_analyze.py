@@ -1,0 +1,71 @@
+"""The real msprof-analyze (PyPI ``msprof-analyze``) reading our exports."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("msprof_analyze")
+
+CLI = (
+    "import sys; from msprof_analyze.cli.entrance import msprof_analyze_cli; "
+    "sys.argv[0] = 'msprof-analyze'; sys.exit(msprof_analyze_cli())"
+)
+
+
+def msprof_analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run msprof-analyze (it warns when run as root; it writes files into ``cwd``)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_advisor_reads_a_single_card_run(recorded_run: Path, tmp_path: Path) -> None:
+    proc = msprof_analyze(
+        "advisor", "all", "-d", str(recorded_run), "-l", "en", "--agent", cwd=tmp_path
+    )
+    report = json.loads(proc.stdout[proc.stdout.index('{"status"') :])
+    assert report["status"] == "success"
+    problems = {row[0]: row for row in report["message"]["problems"]["data"]}
+    summary = problems["Overall Summary"][1]
+    assert "Computing Time" in summary and "Free Time" in summary
+    assert "The Model E2E Time is 0.0ms" not in summary
+    aicpu = problems["AICPU Issues"]
+    assert "NonZero" in aicpu[1] and "Sort" in aicpu[1]
+    assert "Block Dim Issues" in problems  # reads Block Dim and info.json's ai_core_num
+
+
+def test_cluster_step_trace_time_of_two_ranks(cluster_runs: Path, tmp_path: Path) -> None:
+    msprof_analyze("cluster", "-d", str(cluster_runs), "-m", "all", "-o", str(tmp_path),
+                   cwd=tmp_path)  # fmt: skip
+    out = tmp_path / "cluster_analysis_output" / "cluster_step_trace_time.csv"
+    with open(out, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames
+        cluster = list(reader)
+    assert header == [
+        "Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped",
+        "Communication", "Free", "Stage", "Bubble",
+        "Communication(Not Overlapped and Exclude Receive)", "Preparing",
+    ]  # fmt: skip
+    ranks = {}
+    for run in cluster_runs.glob("*_ascend_pt"):
+        (info,) = run.glob("profiler_info_*.json")
+        rank = int(info.stem.rsplit("_", 1)[1])
+        with open(run / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv", newline="") as f:
+            ranks[rank] = {r["Step"]: r for r in csv.DictReader(f)}
+    assert sorted(ranks) == [0, 1]
+    rows = [r for r in cluster if r["Type"] == "rank"]
+    assert {int(r["Index"]) for r in rows} == {0, 1}
+    assert len(rows) == sum(len(steps) for steps in ranks.values())
+    for row in rows:
+        mine = ranks[int(row["Index"])][row["Step"]]
+        assert float(row["Computing"]) == pytest.approx(float(mine["Computing"]))
+        assert float(row["Free"]) == pytest.approx(float(mine["Free"]))
