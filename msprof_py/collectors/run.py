@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,17 @@ class ProfileRun:
         )
         for rank_dir in self.rank_dirs:
             self._finish(rank_dir)
+        if self.rank_dirs:
+            self._chrome_trace()
         return self.exit_code
+
+    def _chrome_trace(self) -> None:
+        """Every rank on one Chrome/Perfetto timeline: ``<run folder>/trace.json``."""
+        from msprof_py.exporters import write_chrome_trace
+        from msprof_py.profile import load
+
+        assert self.folder is not None
+        write_chrome_trace(load(self.folder), self.folder / "trace.json")
 
     def _finish(self, rank_dir: Path) -> None:
         meta_path = rank_dir / RAW_DIR / META_FILE
@@ -97,7 +108,10 @@ class ProfileRun:
         write_json_atomic(meta_path, meta)
         from msprof_py.exporters import export_run
 
-        export_run(rank_dir)
+        try:
+            export_run(rank_dir)
+        except Exception as exc:  # the raw profile stays loadable; say what failed
+            print(f"msprof: Ascend export of {rank_dir.name} failed: {exc}", file=sys.stderr)
 
     def print_summary(self) -> None:
         """The end-of-run summary on the terminal."""

@@ -26,6 +26,9 @@ def print_run_summary(
     statuses = {r: profile.meta[r].get("status", "?") for r in profile.ranks}
     s = summarize(profile)
     console.print(f"[bold]msprof[/bold]: profile written to {folder}")
+    console.print(
+        f"  per rank: *_ascend_pt/ (msprof-analyze reads it); timeline: {folder}/trace.json"
+    )
     console.print(f"  ranks {len(profile.ranks)}   status {statuses}   exit code {exit_code}")
     console.print(
         f"  steps {s.steps}   mean step {s.mean_step_ns / 1e6:.3f} ms   device utilisation "

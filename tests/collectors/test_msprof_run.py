@@ -55,7 +55,12 @@ def test_profiles_a_training_script(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "loss" in result.stdout
     assert "profile written to" in result.stderr and "top ops" in result.stderr
-    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    folder = _run_folder(tmp_path / "out")
+    assert json.loads((folder / "trace.json").read_text())["traceEvents"]
+    (rank_dir,) = folder.glob("*_ascend_pt")
+    assert (rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").is_file()
+    assert list(rank_dir.glob("PROF_*/mindstudio_profiler_output/op_summary_*.csv"))
+    profile = msprof_py.load(folder)
     assert profile.ranks == [0]
     meta = profile.meta[0]
     assert meta["status"] == "completed" and meta["exit_code"] == 0
@@ -196,8 +201,15 @@ def test_script_marked_steps_and_annotations(tmp_path: Path) -> None:
 
 def test_torchrun_records_every_rank(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[2] / "sample_runs" / "train_ddp.py"
-    result = _msprof("--output=out", "torchrun", "--nproc-per-node=2", str(sample), "--steps=3",
-                     cwd=tmp_path, timeout=300)
+    result = _msprof(
+        "--output=out",
+        "torchrun",
+        "--nproc-per-node=2",
+        str(sample),
+        "--steps=3",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     profile = msprof_py.load(_run_folder(tmp_path / "out"))
     assert profile.ranks == [0, 1]
@@ -206,8 +218,10 @@ def test_torchrun_records_every_rank(tmp_path: Path) -> None:
         tasks = profile.for_rank(rank).tasks
         assert (tasks["task_type"] == "HCCL").any()
     hccl = profile.tasks[profile.tasks["task_type"] == "HCCL"]
-    by_rank = [hccl[hccl["rank"] == r][["name", "start_ns", "end_ns"]].reset_index(drop=True)
-               for r in (0, 1)]
+    by_rank = [
+        hccl[hccl["rank"] == r][["name", "start_ns", "end_ns"]].reset_index(drop=True)
+        for r in (0, 1)
+    ]
     assert by_rank[0].equals(by_rank[1])  # collectives start and end together on every rank
 
 
