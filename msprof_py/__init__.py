@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from msprof_py.analyzers import Analysis, analyze
 from msprof_py.profile import Profile, ProfileError, load
 
 __version__ = "0.1.0"
-__all__ = ["Profile", "ProfileError", "annotate", "load", "step"]
+__all__ = ["Analysis", "Profile", "ProfileError", "analyze", "annotate", "load", "step"]
 
 
 def step() -> None:

@@ -243,3 +243,12 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     for key in figures:
         out.add_row(key, *(entry[key] for entry in table.values()))
     Console().print(out)
+
+
+def _register_subcommands() -> None:
+    from msprof_py.analyzers.command import analyze
+
+    cli.add_command(analyze)
+
+
+_register_subcommands()

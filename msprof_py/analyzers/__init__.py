@@ -1,1 +1,14 @@
-"""Analyzers: pure functions from a stored profile to DataFrames and findings (no torch here)."""
+"""Analyzers: pure functions from a stored profile to DataFrames and findings (no torch here).
+
+from msprof_py.analyzers import analyze
+result = analyze("profile_data/msprof_20260101_120000")   # or a loaded Profile
+result.step_breakdown["steps"]        # pandas DataFrames per section
+for finding in result.fired():        # the rules that fired, in priority order
+    print(finding.priority, finding.message, finding.estimated_gain_us)
+result.to_json()                      # the documented --json document (schema.py)
+"""
+
+from msprof_py.analyzers.api import Analysis, analyze
+from msprof_py.analyzers.findings import Finding
+
+__all__ = ["Analysis", "Finding", "analyze"]

@@ -268,12 +268,30 @@ class Session:
             if recorder.module_stack:
                 recorder.module_stack.pop()
 
+        self._watch_process_group()
         self._hooks = [
             register_optimizer_step_post_hook(optimizer_step),
             nn_module.register_module_forward_pre_hook(enter_module),
             nn_module.register_module_forward_hook(leave_module),
         ]
         _patch_record_function()
+
+    def _watch_process_group(self) -> None:
+        """Note the rank and world size as soon as the script joins a process group (under
+        mp.spawn no RANK variable says it, and the group may be gone by the end)."""
+        dist = torch.distributed
+        if not dist.is_available():
+            return
+        original = dist.init_process_group
+        session = self
+
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if session.writer is not None:
+                session.writer.meta.update(rank=dist.get_rank(), world_size=dist.get_world_size())
+            return result
+
+        dist.init_process_group = init_process_group
 
 
 _ACTIVE: Session | None = None

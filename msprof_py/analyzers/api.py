@@ -1,0 +1,202 @@
+"""``analyze(profile_or_path)``: every analysis and the findings of a stored profile.
+
+Tables cover the selected ranks (all by default), each row with its ``rank``; the findings are
+those of the focus rank (the one selected, else the first) plus the cluster rules over all
+ranks. Times are integer nanoseconds in the tables and microseconds per step in the findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from msprof_py.analyzers import (
+    aicpu,
+    communication,
+    compute,
+    context,
+    copies,
+    engine,
+    formats,
+    memory,
+    ops,
+    syncs,
+    timeline,
+)
+from msprof_py.analyzers.findings import Finding
+from msprof_py.analyzers.rules_compute import RuleContext
+from msprof_py.profile import Profile, ProfileError, load
+
+Section = dict[str, Any]
+
+
+@dataclass
+class Analysis:
+    """The results of :func:`analyze`: one dict per section (DataFrames and summaries) and the
+    findings, in priority order. :mod:`msprof_py.analyzers.schema` documents every key."""
+
+    profile: Section
+    top_ops: Section
+    op_statistic: pd.DataFrame
+    copy: Section
+    compute_density: Section
+    step_breakdown: Section
+    sync: Section
+    memory: Section
+    formats: Section
+    aicpu: pd.DataFrame
+    communication: Section
+    findings: list[Finding] = field(default_factory=list)
+
+    def fired(self) -> list[Finding]:
+        """The findings that fired, in priority order."""
+        return [f for f in self.findings if f.status == "fired"]
+
+    def finding(self, rule: str) -> Finding:
+        """The finding of ``rule`` (raises KeyError when there is none)."""
+        for f in self.findings:
+            if f.rule == rule:
+                return f
+        raise KeyError(rule)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON document (``msprof analyze --json``)."""
+        from msprof_py.analyzers.schema import to_json
+
+        return to_json(self)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)] or frames[:1]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def resolve(path: str | Path) -> Profile:
+    """Load ``path``; a folder holding exactly one run folder (``msprof --output``) works too."""
+    path = Path(path)
+    try:
+        return load(path)
+    except ProfileError:
+        if not path.is_dir():
+            raise
+        runs = sorted(p for p in path.iterdir() if p.is_dir() and _loads(p))
+        if len(runs) == 1:
+            return load(runs[0])
+        if len(runs) > 1:
+            names = ", ".join(p.name for p in runs)
+            raise ProfileError(f"{path}: several runs here ({names}); name one") from None
+        raise
+
+
+def _loads(folder: Path) -> bool:
+    from msprof_py.profile.load import raw_folders
+
+    return bool(raw_folders(folder))
+
+
+def analyze(
+    profile: Profile | str | Path,
+    *,
+    rank: int | None = None,
+    top: int = 10,
+    warmup: int | None = None,
+    batch_size: int | None = None,
+) -> Analysis:
+    """Analyse a profile (or the path of one): tables for ``rank`` (all ranks when None) and the
+    findings of ``rank`` (the first rank when None) plus the cluster rules.
+
+    ``warmup``: analysed steps leave out this many first training steps (default: 1 when
+    there are at least 2). ``batch_size``: the batch size, when it cannot be inferred.
+    """
+    loaded_here = not isinstance(profile, Profile)
+    if loaded_here:
+        profile = resolve(profile)
+    if not profile.ranks:
+        raise ProfileError(f"{profile.path}: the profile has no ranks")
+    if rank is not None and rank not in profile.ranks:
+        raise ProfileError(f"{profile.path}: no rank {rank} (ranks: {profile.ranks})")
+    per_rank = {r: context.prepare(profile, r, warmup) for r in profile.ranks}
+    if loaded_here:  # the prepared copies hold what is needed: let the loaded strings go
+        profile = Profile(profile.path, profile.meta, {})
+    selected = [rank] if rank is not None else profile.ranks
+    focus = per_rank[selected[0]]
+    data = [per_rank[r] for r in selected]
+
+    def each(fn: Any, *args: Any) -> pd.DataFrame:
+        return _concat([fn(d, *args) for d in data])
+
+    ctx = RuleContext(focus, per_rank, batch_size)
+    findings = engine.run(ctx)
+    cluster = communication.ranks(per_rank)
+    return Analysis(
+        profile=_profile_info(profile, focus, per_rank),
+        top_ops={
+            "by_type": each(ops.top_ops_by_type, top),
+            "by_name": each(ops.top_ops_by_name, top),
+            "host": each(ops.host_ops, top),
+        },
+        op_statistic=each(ops.op_statistic),
+        copy={
+            "summary": [copies.summary(d) for d in data],
+            "by_direction": each(copies.by_direction),
+        },
+        compute_density={
+            "ops": each(compute.density, top),
+            "classes": each(compute.by_class),
+            "utilisation": each(compute.utilisation),
+        },
+        step_breakdown={
+            "steps": each(timeline.step_breakdown),
+            "idle": each(timeline.idle_by_cause),
+            "gaps": _concat(
+                [
+                    timeline.idle_gaps(d).nlargest(top, "duration_ns").reset_index(drop=True)
+                    for d in data
+                ]
+            ),
+        },
+        sync={"summary": each(syncs.summary), "points": each(syncs.top_points, top)},
+        memory={
+            "summary": [memory.summary(d, batch_size) for d in data],
+            "steps": each(memory.per_step),
+            "timeline": each(memory.timeline),
+        },
+        formats={
+            "summary": [formats.summary(d) for d in data],
+            "transdata": each(formats.transdata),
+            "padding": each(formats.padding),
+        },
+        aicpu=each(aicpu.table),
+        communication={
+            "summary": [communication.summary(d) for d in data],
+            "collectives": each(communication.collectives),
+            "ranks": cluster,
+            "slow_rank": communication.slow_rank(cluster),
+        },
+        findings=findings,
+    )
+
+
+def _profile_info(
+    profile: Profile, focus: context.RankData, per_rank: dict[int, context.RankData]
+) -> Section:
+    meta = focus.meta
+    return {
+        "path": str(profile.path),
+        "ranks": profile.ranks,
+        "focus_rank": focus.rank,
+        "device": meta.get("device"),
+        "soc_version": meta.get("soc_version"),
+        "status": {r: d.meta.get("status") for r, d in per_rank.items()},
+        "host_time": meta.get("host_time"),
+        "step_source": focus.step_source,
+        "steps_analysed": [int(s) for s in focus.steps["step"]],
+        "warmup_skipped": focus.warmup_skipped,
+        "mean_step_ns": focus.mean_step_ns,
+        "device_spec": None if focus.spec is None else focus.spec.name,
+        "device_spec_error": focus.spec_error or None,
+        "tasks": len(focus.all_tasks),
+    }

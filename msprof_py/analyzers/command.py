@@ -1,0 +1,95 @@
+"""``msprof analyze DIR``: the click command (registered by ``msprof_py.cli``).
+
+    msprof analyze profile_data/msprof_20260101_120000            # terminal summary
+    msprof analyze DIR --top 20 --rank 1                          # rank 1's details
+    msprof analyze DIR --json > analysis.json                     # schema: analyzers/schema.py
+    msprof analyze DIR --csv analysis/                            # one CSV per table
+
+Bad input (a missing folder, a folder without a profile, an unknown rank) is one line on
+stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from msprof_py.profile import ProfileError
+
+
+class AnalyzeError(click.ClickException):
+    """A problem with what the user asked for: one line, exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))  # always one line
+
+
+@click.command("analyze")
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
+@click.option(
+    "--top", type=click.IntRange(min=1), default=10, show_default=True, help="Rows per top-N table."
+)
+@click.option(
+    "--rank", type=int, default=None, help="Analyse this rank (default: all, details of the first)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON (stable schema).")
+@click.option(
+    "--csv",
+    "csv_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="OUTDIR",
+    help="Write every table as CSV into OUTDIR.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Leave out this many first training steps (default: 1 when there are 2 or more).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The batch size, for the batch-size extrapolation (default: inferred).",
+)
+def analyze(
+    directory: Path,
+    top: int,
+    rank: int | None,
+    as_json: bool,
+    csv_dir: Path | None,
+    warmup: int | None,
+    batch_size: int | None,
+) -> None:
+    """Analyse the profile in DIR: headline numbers, tables and findings in priority order."""
+    from msprof_py.analyzers.api import analyze as run_analysis
+
+    if as_json and csv_dir is not None:
+        raise AnalyzeError("--json and --csv cannot be combined")
+    if not directory.exists():
+        raise AnalyzeError(f"{directory}: no such file or directory")
+    try:
+        result = run_analysis(directory, rank=rank, top=top, warmup=warmup, batch_size=batch_size)
+    except ProfileError as exc:
+        raise AnalyzeError(str(exc)) from None
+    if as_json:
+        from msprof_py.analyzers.schema import dumps
+
+        click.echo(dumps(result))
+        return
+    if csv_dir is not None:
+        from msprof_py.analyzers.schema import write_csv
+
+        try:
+            files = write_csv(result, csv_dir)
+        except OSError as exc:
+            raise AnalyzeError(f"{csv_dir}: cannot write ({exc.strerror or exc})") from None
+        click.echo(f"msprof analyze: wrote {len(files)} CSV files to {csv_dir}")
+        return
+    from msprof_py.analyzers.render import render
+
+    render(result, top=top)

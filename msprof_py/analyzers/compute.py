@@ -1,0 +1,231 @@
+"""Compute density: FLOPs, bytes, arithmetic intensity, achieved rate vs peak, roofline class.
+
+The ceilings are the device spec's achievable rates: the cube's peak FLOP/s for the dtype it
+computes in (fp32 runs as fp16 on a cube without an fp32 fractal) times the cube efficiency,
+the vector units' peak element-ops/s times their efficiency, and the effective HBM bandwidth.
+A kernel is
+
+* **overhead-bound** when neither its compute nor its memory time at those ceilings reaches
+  the per-task scheduling overhead (the fixed cost dominates: fuse it or batch more work);
+* **compute-bound** when its compute time exceeds its memory time (intensity above the ridge);
+* **memory-bound** otherwise.
+
+``utilisation`` (achieved over nominal peak) uses the nominal peak, without the efficiency.
+Per step: the device busy time (any kernel or collective) over the step time, and for the cube
+and vector units both the time any of their tasks runs and the core-weighted occupancy
+(task time x cores used / cores).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers import intervals, shapes
+from msprof_py.analyzers.context import (
+    AICPU_TYPES,
+    COLLECTIVE,
+    CUBE_TYPES,
+    KERNEL,
+    VECTOR_TYPES,
+    RankData,
+)
+from msprof_py.device.costmodel import cube_dtype
+from msprof_py.device.spec import DeviceSpec, SpecError
+
+CLASSES = ("compute-bound", "memory-bound", "overhead-bound")
+DENSITY_COLUMNS = [
+    "rank",
+    "name",
+    "op_type",
+    "task_type",
+    "input_shapes",
+    "input_dtypes",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "flops",
+    "bytes",
+    "intensity",
+    "ridge_intensity",
+    "achieved_tflops",
+    "peak_tflops",
+    "utilisation",
+    "bound",
+    "share_of_step",
+]
+UTILISATION_COLUMNS = [
+    "rank",
+    "step",
+    "step_ns",
+    "device_busy_ns",
+    "utilisation",
+    "cube_busy_ns",
+    "cube_utilisation",
+    "cube_occupancy",
+    "vector_busy_ns",
+    "vector_utilisation",
+    "vector_occupancy",
+    "aicpu_busy_ns",
+]
+CLASS_COLUMNS = ["rank", "bound", "kernels", "total_ns", "share_of_step"]
+
+
+def peak_rates(spec: DeviceSpec, task_type: str, dtype: str) -> tuple[float, float]:
+    """(nominal peak, achievable peak) in FLOP/s of the unit running ``task_type`` in ``dtype``."""
+    try:
+        if task_type in CUBE_TYPES:
+            peak = spec.cube_peak_flops(cube_dtype(spec, dtype))
+            return peak, peak * spec.cube.efficiency
+        if task_type in VECTOR_TYPES:
+            peak = spec.vector_peak_ops(dtype or "float32")
+            return peak, peak * spec.vector.efficiency
+        if task_type in AICPU_TYPES:
+            return spec.aicpu.elements_per_s, spec.aicpu.elements_per_s
+    except (SpecError, ValueError, KeyError):
+        pass
+    return float("nan"), float("nan")
+
+
+def kernel_rates(data: RankData) -> pd.DataFrame:
+    """The analysed kernels with ``peak``, ``ceiling`` (achievable) FLOP/s and ``bound``."""
+    cached = data.cache.get("kernel_rates")
+    if cached is not None:
+        return cached
+    k = data.kernels
+    dtype = shapes.first_dtype(k["input_dtypes"])
+    codes, uniques = shapes.factorize(k["task_type"], dtype)
+    spec = data.spec
+    nominal = np.full(len(uniques) + 1, np.nan)
+    ceiling = np.full(len(uniques) + 1, np.nan)
+    if spec is not None:
+        for i, (task_type, dt) in enumerate(uniques):
+            nominal[i], ceiling[i] = peak_rates(spec, task_type, dt)
+    peak, ach = nominal[codes], ceiling[codes]
+    flops = k["flops"].to_numpy(dtype=float)
+    nbytes = k["bytes"].to_numpy(dtype=float)
+    dur = k["duration_ns"].to_numpy(dtype=float)
+    if spec is not None:
+        bw = spec.memory.effective_bandwidth
+        aicpu = k["task_type"].isin(AICPU_TYPES).to_numpy()
+        sched = np.where(aicpu, spec.aicpu.launch_overhead_ns, spec.dispatch.device_sched_ns)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t_compute = np.where(aicpu, dur - sched, np.nan_to_num(flops / ach * 1e9))
+            t_memory = np.where(aicpu, 0.0, nbytes / bw * 1e9)
+        bound = np.where(
+            np.maximum(t_compute, t_memory) < sched,
+            CLASSES[2],
+            np.where(t_compute >= t_memory, CLASSES[0], CLASSES[1]),
+        )
+    else:
+        bound = np.full(len(k), "unknown", dtype=object)
+    out = k.assign(dtype=dtype.to_numpy(), peak=peak, ceiling=ach, bound=bound)
+    data.cache["kernel_rates"] = out
+    return out
+
+
+def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
+    """Per kernel (name, op type, engine, shapes, dtypes): FLOPs and bytes per call, intensity,
+    achieved and peak TFLOP/s, utilisation and roofline class; by total time."""
+    k = kernel_rates(data)
+    if k.empty:
+        return pd.DataFrame(columns=DENSITY_COLUMNS)
+    keys = ["name", "op_type", "task_type", "input_shapes", "input_dtypes"]
+    g = k.groupby(keys, sort=False, dropna=False, observed=True)
+    out = pd.DataFrame(
+        {
+            "count": g.size(),
+            "total_ns": g["duration_ns"].sum(),
+            "flops_sum": g["flops"].sum(),
+            "bytes_sum": g["bytes"].sum(),
+            "peak": g["peak"].first(),
+            "ceiling": g["ceiling"].first(),
+            "bound": g["bound"].first(),
+        }
+    ).reset_index()
+    out = out.sort_values(["total_ns", *keys], ascending=[False] + [True] * len(keys))
+    if n is not None:
+        out = out.head(n)
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    out["flops"] = out["flops_sum"] / out["count"]
+    out["bytes"] = out["bytes_sum"] / out["count"]
+    out["intensity"] = out["flops_sum"] / out["bytes_sum"].where(out["bytes_sum"] > 0)
+    bw = data.spec.memory.effective_bandwidth if data.spec is not None else float("nan")
+    out["ridge_intensity"] = out["ceiling"] / bw
+    out["achieved_tflops"] = out["flops_sum"] / out["total_ns"].where(out["total_ns"] > 0) / 1e3
+    out["peak_tflops"] = out["peak"] / 1e12
+    out["utilisation"] = out["achieved_tflops"] / out["peak_tflops"]
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out.insert(0, "rank", data.rank)
+    return out[DENSITY_COLUMNS].reset_index(drop=True)
+
+
+def by_class(data: RankData) -> pd.DataFrame:
+    """Kernel count and time per roofline class."""
+    k = kernel_rates(data)
+    g = k.groupby("bound")["duration_ns"].agg(["size", "sum"])
+    out = pd.DataFrame(
+        {"rank": data.rank, "bound": g.index, "kernels": g["size"], "total_ns": g["sum"]}
+    ).reset_index(drop=True)
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    return out.sort_values("total_ns", ascending=False)[CLASS_COLUMNS].reset_index(drop=True)
+
+
+def _busy_per_step(data: RankData, mask: np.ndarray) -> np.ndarray:
+    """Union of the masked tasks' time, per analysed step (merged spans by their start)."""
+    tasks = data.all_tasks
+    s = tasks["start_ns"].to_numpy()[mask]
+    e = tasks["end_ns"].to_numpy()[mask]
+    ms, me = intervals.merge(s, e)
+    steps = data.steps.sort_values("dev_start_ns")
+    lo = steps["dev_start_ns"].to_numpy()
+    hi = steps["dev_end_ns"].to_numpy()
+    which = intervals.assign(ms, lo, hi)
+    ok = which >= 0
+    per = np.bincount(which[ok], weights=(me - ms)[ok], minlength=lo.size).astype(np.int64)
+    return pd.Series(per, index=steps["step"].to_numpy()).reindex(data.steps["step"]).to_numpy()
+
+
+def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> np.ndarray:
+    tasks = data.tasks
+    sel = tasks[tasks["task_type"].isin(types)]
+    weight = sel["duration_ns"] * sel["block_dim"].clip(lower=1, upper=cores) / cores
+    per = weight.groupby(sel["step"]).sum()
+    return per.reindex(data.steps["step"]).fillna(0).to_numpy()
+
+
+def utilisation(data: RankData) -> pd.DataFrame:
+    """Device, cube and vector utilisation per analysed step."""
+    tasks = data.all_tasks
+    kind = tasks["kind"].to_numpy()
+    tt = tasks["task_type"].to_numpy()
+    step_ns = data.steps["duration_ns"].to_numpy(dtype=float)
+    safe = np.where(step_ns > 0, step_ns, np.nan)
+    busy = _busy_per_step(data, np.isin(kind, (KERNEL, COLLECTIVE)))
+    cube = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, CUBE_TYPES))
+    vector = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, VECTOR_TYPES))
+    aicpu = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, AICPU_TYPES))
+    spec = data.spec
+    cube_cores = spec.cube.cores if spec is not None else 1
+    vector_cores = spec.vector.cores if spec is not None else 1
+    out = pd.DataFrame(
+        {
+            "rank": data.rank,
+            "step": data.steps["step"].to_numpy(),
+            "step_ns": data.steps["duration_ns"].to_numpy(),
+            "device_busy_ns": busy,
+            "utilisation": np.nan_to_num(busy / safe),
+            "cube_busy_ns": cube,
+            "cube_utilisation": np.nan_to_num(cube / safe),
+            "cube_occupancy": np.nan_to_num(
+                _occupancy_per_step(data, CUBE_TYPES, cube_cores) / safe
+            ),
+            "vector_busy_ns": vector,
+            "vector_utilisation": np.nan_to_num(vector / safe),
+            "vector_occupancy": np.nan_to_num(
+                _occupancy_per_step(data, VECTOR_TYPES, vector_cores) / safe
+            ),
+            "aicpu_busy_ns": aicpu,
+        }
+    )
+    return out[UTILISATION_COLUMNS]

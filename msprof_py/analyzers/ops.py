@@ -1,0 +1,137 @@
+"""Top-N ops by device time, host-op costs, and msprof's op_statistic table.
+
+Device ops are the tasks of the analysed steps that occupy the device (kernels, copies,
+memsets, collectives; event records and waits are not work). ``share_of_step`` is an op's total
+device time over the analysed steps' total (host) step time; ``share_of_device`` over the total
+device time of all ops.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from msprof_py.analyzers.context import RankData
+
+WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
+STATS = ["count", "total_ns", "mean_ns", "min_ns", "max_ns"]
+BY_TYPE_COLUMNS = ["rank", "op_type", "task_type", *STATS, "share_of_step", "share_of_device"]
+BY_NAME_COLUMNS = [
+    "rank",
+    "name",
+    "input_shapes",
+    "input_dtypes",
+    "op_type",
+    "task_type",
+    *STATS,
+    "share_of_step",
+]
+HOST_COLUMNS = [
+    "rank",
+    "name",
+    "count",
+    "host_total_ns",
+    "host_mean_ns",
+    "host_max_ns",
+    "launches",
+    "launch_total_ns",
+    "launch_mean_ns",
+    "tasks",
+    "device_total_ns",
+    "share_of_step",
+]
+OP_STATISTIC_COLUMNS = ["rank", "op_type", "core_type", *STATS, "ratio"]
+
+
+def work_tasks(data: RankData) -> pd.DataFrame:
+    """The analysed tasks that are device work."""
+    tasks = data.tasks
+    return tasks[tasks["kind"].isin(WORK_KINDS)]
+
+
+def _stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    g = df.groupby(keys, sort=False, observed=True, dropna=False)["duration_ns"]
+    out = g.agg(count="size", total_ns="sum", min_ns="min", max_ns="max").reset_index()
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    return out.sort_values(["total_ns", *keys], ascending=[False] + [True] * len(keys))
+
+
+def top_ops_by_type(data: RankData, n: int | None = 10) -> pd.DataFrame:
+    """Op types (with the engine) by total device time."""
+    work = work_tasks(data)
+    if work.empty:
+        return pd.DataFrame(columns=BY_TYPE_COLUMNS)
+    out = _stats(work, ["op_type", "task_type"])
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_device"] = out["total_ns"] / max(1, int(work["duration_ns"].sum()))
+    out.insert(0, "rank", data.rank)
+    out = out[BY_TYPE_COLUMNS]
+    return (out if n is None else out.head(n)).reset_index(drop=True)
+
+
+def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
+    """Ops by name and input shapes (and dtypes) by total device time."""
+    work = work_tasks(data)
+    if work.empty:
+        return pd.DataFrame(columns=BY_NAME_COLUMNS)
+    keys = ["name", "input_shapes", "input_dtypes", "op_type", "task_type"]
+    out = _stats(work, keys)
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out.insert(0, "rank", data.rank)
+    out = out[BY_NAME_COLUMNS]
+    return (out if n is None else out.head(n)).reset_index(drop=True)
+
+
+def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
+    """Host ops by host time: how long the op took on the host, its launches and device time."""
+    host = data.host
+    ops = host[host["kind"] == "op"]
+    if ops.empty:
+        return pd.DataFrame(columns=HOST_COLUMNS)
+    ops = ops.assign(host_ns=ops["end_ns"] - ops["start_ns"])
+    launches = host[(host["kind"] == "launch") & (host["parent_id"] >= 0)]
+    per_op_launch = (
+        launches.assign(ns=launches["end_ns"] - launches["start_ns"])
+        .groupby("parent_id")["ns"]
+        .agg(["size", "sum"])
+    )
+    tasks = data.tasks
+    per_op_tasks = (
+        tasks[tasks["host_op_id"] >= 0].groupby("host_op_id")["duration_ns"].agg(["size", "sum"])
+    )
+    ids = ops["event_id"].to_numpy()
+    ops = ops.assign(
+        launches=per_op_launch["size"].reindex(ids).fillna(0).to_numpy(),
+        launch_ns=per_op_launch["sum"].reindex(ids).fillna(0).to_numpy(),
+        n_tasks=per_op_tasks["size"].reindex(ids).fillna(0).to_numpy(),
+        device_ns=per_op_tasks["sum"].reindex(ids).fillna(0).to_numpy(),
+    )
+    g = ops.groupby("name", sort=False, observed=True)
+    out = pd.DataFrame(
+        {
+            "count": g.size(),
+            "host_total_ns": g["host_ns"].sum(),
+            "host_max_ns": g["host_ns"].max(),
+            "launches": g["launches"].sum().astype("int64"),
+            "launch_total_ns": g["launch_ns"].sum().astype("int64"),
+            "tasks": g["n_tasks"].sum().astype("int64"),
+            "device_total_ns": g["device_ns"].sum().astype("int64"),
+        }
+    ).reset_index()
+    out["host_mean_ns"] = out["host_total_ns"] / out["count"]
+    out["launch_mean_ns"] = out["launch_total_ns"] / out["launches"].where(out["launches"] > 0)
+    out["launch_mean_ns"] = out["launch_mean_ns"].fillna(0.0)
+    out["share_of_step"] = out["host_total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out.insert(0, "rank", data.rank)
+    out = out.sort_values(["host_total_ns", "name"], ascending=[False, True])[HOST_COLUMNS]
+    return (out if n is None else out.head(n)).reset_index(drop=True)
+
+
+def op_statistic(data: RankData) -> pd.DataFrame:
+    """msprof's op_statistic: per op type and core type, count and time, ratio of the total."""
+    work = work_tasks(data)
+    if work.empty:
+        return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
+    out = _stats(work, ["op_type", "task_type"]).rename(columns={"task_type": "core_type"})
+    out["ratio"] = out["total_ns"] / max(1, int(work["duration_ns"].sum()))
+    out.insert(0, "rank", data.rank)
+    return out[OP_STATISTIC_COLUMNS].reset_index(drop=True)

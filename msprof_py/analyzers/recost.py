@@ -1,0 +1,248 @@
+"""What-if estimates: re-costing recorded tasks with a change applied (the device cost model).
+
+* **Fusion** of a chain of ops (device facts section 6): one launch, one roofline over the
+  union of the work: the cube time of the cube kernels (their recorded time less the per-task
+  scheduling overhead), the vector time of the vector kernels at the full vector width (their
+  FLOPs x element size / (bytes per cycle x cores x clock x efficiency), the cost model's
+  vector term), and only the chain's external bytes as HBM traffic: every intermediate tensor
+  (an op's output consumed inside the chain) is no longer written and read back, and copies
+  inside the chain disappear.
+* **AMP** (fp32 -> fp16 on the cube): each fp32 cube kernel's compute term scaled by the
+  fp32/fp16 peak ratio and its memory term halved (calibrated on the recorded duration), plus
+  one Cast kernel (a vector kernel over its largest input) per kernel.
+* **Copies** moved off the critical path and re-costed from pinned memory
+  (``costmodel.copy_ns``).
+* **AI CPU** dtype fallbacks re-costed as a vector kernel (``costmodel.vector_cost``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers import shapes
+from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, VECTOR_TYPES, RankData
+from msprof_py.analyzers.patterns import find, op_stream
+from msprof_py.device import costmodel
+from msprof_py.device.records import CopyKind
+from msprof_py.device.spec import DeviceSpec
+
+FUSION_COLUMNS = [
+    "match",
+    "kernels",
+    "device_ns",
+    "fused_ns",
+    "saved_ns",
+    "host_ns",
+    "host_saved_ns",
+]
+
+
+def vector_ns(spec: DeviceSpec, flops: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
+    """Vector-unit time of ``flops`` element-ops at the full vector width (the cost model's
+    vector term with every vector core)."""
+    v = spec.vector
+    return flops * itemsize / v.bytes_per_cycle / v.cores / v.clock_hz / v.efficiency * 1e9
+
+
+def memory_ns(spec: DeviceSpec, nbytes: np.ndarray, cores: np.ndarray) -> np.ndarray:
+    """HBM time of ``nbytes`` for a kernel on ``cores`` cores (the cost model's memory term)."""
+    per_core = spec.memory.gm_bytes_per_cycle_per_core * spec.cube.clock_hz
+    bandwidth = np.minimum(spec.memory.effective_bandwidth, cores * per_core)
+    return nbytes / bandwidth * 1e9
+
+
+def op_costs(data: RankData) -> pd.DataFrame:
+    """Per host op (indexed by event id): device time, cube work, vector work, bytes, output
+    bytes, kernels, whether it ran on the cube."""
+    cached = data.cache.get("op_costs")
+    if cached is not None:
+        return cached
+    spec = data.spec
+    tasks = data.tasks
+    t = tasks[(tasks["host_op_id"] >= 0) & tasks["kind"].isin((KERNEL, "memcpy"))]
+    sched = spec.dispatch.device_sched_ns if spec is not None else 0
+    tt = t["task_type"].to_numpy()
+    cube = np.isin(tt, CUBE_TYPES) & (t["kind"].to_numpy() == KERNEL)
+    vec = np.isin(tt, VECTOR_TYPES) & (t["kind"].to_numpy() == KERNEL)
+    dur = t["duration_ns"].to_numpy(dtype=float)
+    item = shapes.itemsizes(t["output_dtypes"])
+    out_numel = shapes.numel_matrix(t["output_shapes"], t["output_dtypes"], width=1)[:, 0]
+    frame = pd.DataFrame(
+        {
+            "event_id": t["host_op_id"].to_numpy(),
+            "device_ns": dur,
+            "cube_ns": np.where(cube, np.clip(dur - sched, 0, None), 0.0),
+            "vector_ns": (
+                np.where(vec, vector_ns(spec, t["flops"].to_numpy(dtype=float), item), 0.0)
+                if spec is not None
+                else 0.0
+            ),
+            "bytes": t["bytes"].to_numpy(dtype=float),
+            "out_bytes": np.clip(out_numel, 0, None) * item,
+            "kernels": 1,
+            "cube": cube,
+        }
+    )
+    g = frame.groupby("event_id", sort=False)
+    out = g.agg(
+        device_ns=("device_ns", "sum"),
+        cube_ns=("cube_ns", "sum"),
+        vector_ns=("vector_ns", "sum"),
+        bytes=("bytes", "sum"),
+        out_bytes=("out_bytes", "last"),
+        kernels=("kernels", "sum"),
+        cube=("cube", "any"),
+    )
+    data.cache["op_costs"] = out
+    return out
+
+
+def fusion(data: RankData) -> pd.DataFrame:
+    """Per pattern match: kernels, recorded device time, fused (re-costed) time, saving, and
+    the host dispatch time of the ops the fusion removes."""
+    matches, members = find(data)
+    spec = data.spec
+    if matches.empty or spec is None:
+        return pd.DataFrame(columns=FUSION_COLUMNS)
+    stream = op_stream(data)
+    costs = op_costs(data).reindex(stream["event_id"].to_numpy()).fillna(0)
+    rows = members["row"].to_numpy()
+    glue = stream["glue"].to_numpy()[rows]
+    m = members["match"].to_numpy()
+    c = costs.iloc[rows]
+    host_ns = (stream["end_ns"] - stream["start_ns"]).to_numpy(dtype=float)[rows]
+    out_bytes = np.where(glue, 0.0, c["out_bytes"].to_numpy())
+    frame = pd.DataFrame(
+        {
+            "match": m,
+            "kernels": c["kernels"].to_numpy(),
+            "device_ns": c["device_ns"].to_numpy(),
+            "cube_ns": c["cube_ns"].to_numpy(),
+            "vector_ns": c["vector_ns"].to_numpy(),
+            "bytes": np.where(glue, 0.0, c["bytes"].to_numpy()),
+            "out_bytes": out_bytes,
+            "cube": c["cube"].to_numpy().astype(bool),
+            "host_ns": host_ns,
+        }
+    )
+    # the last non-copy op's output leaves the chain; every other op's output stays inside
+    last_out = frame[~glue].groupby("match")["out_bytes"].last()
+    g = frame.groupby("match")
+    agg = g.agg(
+        kernels=("kernels", "sum"),
+        device_ns=("device_ns", "sum"),
+        cube_ns=("cube_ns", "sum"),
+        vector_ns=("vector_ns", "sum"),
+        bytes=("bytes", "sum"),
+        out_bytes=("out_bytes", "sum"),
+        cube=("cube", "any"),
+        host_ns=("host_ns", "sum"),
+        host_max=("host_ns", "max"),
+    )
+    last_out = last_out.reindex(agg.index).fillna(0).to_numpy()
+    external = np.maximum(agg["bytes"] - 2 * (agg["out_bytes"] - last_out), last_out)
+    cores = np.where(agg["cube"], spec.cube.cores, spec.vector.cores)
+    mem = memory_ns(spec, external.to_numpy(), cores)
+    fused = spec.dispatch.device_sched_ns + np.maximum.reduce(
+        [agg["cube_ns"].to_numpy(), agg["vector_ns"].to_numpy(), mem]
+    )
+    out = pd.DataFrame(
+        {
+            "match": agg.index.to_numpy(),
+            "kernels": agg["kernels"].astype("int64").to_numpy(),
+            "device_ns": agg["device_ns"].to_numpy(),
+            "fused_ns": fused,
+            "saved_ns": np.clip(agg["device_ns"].to_numpy() - fused, 0, None),
+            "host_ns": agg["host_ns"].to_numpy(),
+            "host_saved_ns": (agg["host_ns"] - agg["host_max"]).to_numpy(),
+        }
+    )
+    return out[FUSION_COLUMNS]
+
+
+def amp(data: RankData) -> pd.DataFrame:
+    """The analysed fp32 cube kernels with their fp16 re-cost and the cast they would need
+    (columns ``recorded_ns``, ``amp_ns``, ``cast_ns``, ``saved_ns``); empty without a spec or
+    when the cube has no faster low precision."""
+    spec = data.spec
+    tasks = data.tasks
+    k = tasks[(tasks["kind"] == KERNEL) & tasks["task_type"].isin(CUBE_TYPES)]
+    k = k[shapes.first_dtype(k["input_dtypes"]).to_numpy() == "float32"]
+    if spec is None or k.empty:
+        return k.assign(recorded_ns=[], amp_ns=[], cast_ns=[], saved_ns=[])
+    p32 = spec.cube_peak_flops(costmodel.cube_dtype(spec, "float32"))
+    p16 = spec.cube_peak_flops("float16")
+    sched = spec.dispatch.device_sched_ns
+    dur = k["duration_ns"].to_numpy(dtype=float)
+    work = np.clip(dur - sched, 0, None)
+    t_c = k["flops"].to_numpy(dtype=float) / (p32 * spec.cube.efficiency) * 1e9
+    t_m = memory_ns(spec, k["bytes"].to_numpy(dtype=float), np.full(len(k), spec.cube.cores))
+    model = np.maximum(t_c, t_m)
+    calib = np.where(model > 0, work / np.where(model > 0, model, 1), 1.0)
+    amp_work = calib * np.maximum(t_c * p32 / p16, t_m / 2)
+    amp_ns = sched + amp_work
+    largest = shapes.numel_matrix(k["input_shapes"], k["input_dtypes"]).max(axis=1)
+    largest = np.clip(largest, 0, None).astype(float)
+    cast_vec = vector_ns(spec, largest, np.full(len(k), 2))
+    cast_mem = memory_ns(spec, largest * 6, np.full(len(k), spec.vector.cores))
+    cast_ns = sched + np.maximum(cast_vec, cast_mem)
+    return k.assign(
+        recorded_ns=dur,
+        amp_ns=amp_ns,
+        cast_ns=cast_ns,
+        saved_ns=dur - amp_ns - cast_ns,
+        rate_ratio=p16 / p32,
+    )
+
+
+def pinned_copy_ns(data: RankData, copies: pd.DataFrame) -> np.ndarray:
+    """Duration of each copy re-costed from pinned host memory (recorded time without a spec)."""
+    spec = data.spec
+    dur = copies["duration_ns"].to_numpy(dtype=float)
+    if spec is None or copies.empty:
+        return dur
+    kinds = {k.value: k for k in CopyKind}
+    key = copies["copy_kind"].astype(str) + "|" + copies["bytes"].astype(str)
+    codes, uniques = pd.factorize(key, sort=False)
+    table = np.zeros(len(uniques) + 1)
+    for i, u in enumerate(uniques):
+        kind, nbytes = u.split("|")
+        copy_kind = kinds.get(kind)
+        table[i] = (
+            costmodel.copy_ns(spec, copy_kind, int(nbytes), pinned=True)
+            if copy_kind is not None
+            else np.nan
+        )
+    out = table[codes]
+    return np.where(np.isnan(out), dur, np.minimum(out, dur))
+
+
+def aicpu_as_vector_ns(data: RankData, tasks: pd.DataFrame, dtype: pd.Series) -> np.ndarray:
+    """Each AI CPU task re-costed as an AI Core vector kernel in ``dtype`` (its elements: the
+    largest tensor; its bytes: the recorded bytes scaled by the dtype's size change)."""
+    spec = data.spec
+    if spec is None or tasks.empty:
+        return np.full(len(tasks), np.nan)
+    numel = np.maximum(
+        shapes.numel_matrix(tasks["input_shapes"], tasks["input_dtypes"]).max(axis=1),
+        shapes.numel_matrix(tasks["output_shapes"], tasks["output_dtypes"]).max(axis=1),
+    )
+    old_item = shapes.itemsizes(tasks["input_dtypes"])
+    key = (
+        pd.Series(np.clip(numel, 1, None), index=tasks.index).astype(str)
+        + "|"
+        + dtype.astype(str)
+        + "|"
+        + (tasks["bytes"] // old_item).astype(str)
+    )
+    codes, uniques = pd.factorize(key, sort=False)
+    table = np.full(len(uniques) + 1, np.nan)
+    for i, u in enumerate(uniques):
+        n, dt, elements_moved = u.split("|")
+        size = shapes.itemsizes(pd.Series([dt]))[0]
+        cost = costmodel.vector_cost(
+            spec, elements=int(n), dtype=dt, bytes_moved=int(elements_moved) * int(size)
+        )
+        table[i] = cost.duration_ns
+    return table[codes]

@@ -1,0 +1,171 @@
+"""The terminal summary of ``msprof analyze``: headline numbers, tables and the findings."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from msprof_py.analyzers.api import Analysis
+from msprof_py.analyzers.findings import FIRED, SKIPPED
+from msprof_py.analyzers.schema import headline
+
+PRIORITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.0f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x:.1%}"
+
+
+def _focus(df: pd.DataFrame, rank: int) -> pd.DataFrame:
+    return df[df["rank"] == rank] if len(df) and "rank" in df.columns else df
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        table.add_column(c, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
+    """Print the analysis: headline, step breakdown, top ops, cluster view, findings."""
+    console = console or Console()
+    info = a.profile
+    rank = info["focus_rank"]
+    h = headline(a)
+    skipped = (
+        f", warm-up step(s) {info['warmup_skipped']} left out" if info["warmup_skipped"] else ""
+    )
+    console.print(f"[bold]msprof analyze[/bold]: {info['path']}")
+    console.print(
+        f"  ranks {info['ranks']} (details for rank {rank})   device {info['device']}   "
+        f"steps {info['steps_analysed']} from the {info['step_source']}{skipped}"
+    )
+    console.print(
+        f"  mean step [bold]{h['mean_step_us']:,.1f} us[/bold]   device busy "
+        f"{_pct(h['utilisation'])} (cube {_pct(h['cube_utilisation'])}, vector "
+        f"{_pct(h['vector_utilisation'])})   idle {_pct(h['idle_share'])}   copy ratio "
+        f"{_pct(h['copy_ratio'])} (exposed {_pct(h['exposed_copy_share'])})"
+    )
+    if h["peak_reserved_bytes"] is not None:
+        mem = next(m for m in a.memory["summary"] if m["rank"] == rank)
+        cap = mem.get("capacity_bytes")
+        share = f" ({_pct(mem['peak_share_of_capacity'])} of usable)" if cap else ""
+        console.print(f"  peak memory reserved {h['peak_reserved_bytes'] / 2**20:,.1f} MiB{share}")
+    _steps(a, console, rank)
+    _top_ops(a, console, rank, top)
+    if len(info["ranks"]) > 1:
+        _cluster(a, console)
+    _findings(a, console)
+
+
+def _steps(a: Analysis, console: Console, rank: int) -> None:
+    steps = _focus(a.step_breakdown["steps"], rank)
+    if steps.empty:
+        return
+    cols = [
+        "step",
+        "time",
+        "compute",
+        "comm",
+        "comm exposed",
+        "free",
+        "idle dispatch",
+        "idle sync",
+        "idle other",
+    ]
+    rows = [
+        [
+            str(r.step),
+            _us(r.step_ns),
+            _us(r.computing_ns),
+            _us(r.communication_ns),
+            _us(r.comm_not_overlapped_ns),
+            _us(r.free_ns),
+            _us(r.idle_dispatch_ns),
+            _us(r.idle_sync_ns),
+            _us(r.idle_data_loading_ns + r.idle_other_ns),
+        ]
+        for r in steps.itertuples()
+    ]
+    console.print(_table(f"step breakdown (us, rank {rank})", cols, rows))
+
+
+def _top_ops(a: Analysis, console: Console, rank: int, top: int) -> None:
+    ops = _focus(a.top_ops["by_type"], rank).head(top)
+    if ops.empty:
+        return
+    wide = console.width >= 120
+    cols = [
+        "op type",
+        "engine",
+        "count",
+        "total (us)",
+        "mean",
+        *(["min", "max"] if wide else []),
+        "of step",
+    ]
+    rows = []
+    for r in ops.itertuples():
+        spread = [f"{r.min_ns / 1e3:.2f}", f"{r.max_ns / 1e3:.2f}"] if wide else []
+        rows.append(
+            [
+                r.op_type,
+                r.task_type,
+                str(r.count),
+                f"{r.total_ns / 1e3:,.1f}",
+                f"{r.mean_ns / 1e3:.2f}",
+                *spread,
+                _pct(r.share_of_step),
+            ]
+        )
+    console.print(_table(f"top ops by device time (rank {rank})", cols, rows))
+
+
+def _cluster(a: Analysis, console: Console) -> None:
+    ranks = a.communication["ranks"]
+    rows = [
+        [
+            str(r.rank),
+            _us(r.mean_step_ns),
+            _us(r.computing_ns),
+            _us(r.communication_ns),
+            _us(r.comm_not_overlapped_ns),
+            _us(r.idle_ns),
+            f"{r.deviation:+.1%}",
+        ]
+        for r in ranks.itertuples()
+    ]
+    cols = ["rank", "step (us)", "computing", "comm", "not ovl.", "idle", "vs mean"]
+    console.print(_table("ranks (per step)", cols, rows))
+
+
+def _findings(a: Analysis, console: Console) -> None:
+    fired = [f for f in a.findings if f.status == FIRED]
+    console.print(f"[bold]findings[/bold] ({len(fired)} of {len(a.findings)} rules fired)")
+    for i, f in enumerate(fired, 1):
+        style = PRIORITY_STYLE.get(f.priority or "", "")
+        gain = (
+            f"estimated gain {f.estimated_gain_us:,.1f} us/step ({f.gain_model})"
+            if f.estimated_gain_us is not None
+            else "no time estimate"
+        )
+        console.print(
+            f" {i}. [{style}]{(f.priority or '').upper()}[/{style}] [bold]{f.title}[/bold]"
+        )
+        console.print(f"    {f.message}", highlight=False)
+        console.print(f"    -> {f.advice}", highlight=False)
+        console.print(f"    {gain}", style="dim", highlight=False)
+    ok = [f.rule for f in a.findings if f.status == "ok"]
+    if ok:
+        console.print(f" ok: {', '.join(ok)}", style="dim")
+    for f in a.findings:
+        if f.status == SKIPPED:
+            console.print(f" {f.rule}: {f.message}", style="dim", highlight=False)

@@ -1,0 +1,269 @@
+"""Rules about the device work itself: fusion patterns, the optimizer step, AMP, formats, AI CPU.
+
+Each rule takes the :class:`RuleContext` and its :class:`RuleSpec` and returns a finding;
+it raises :class:`Skip` naming the data it lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from msprof_py.analyzers import aicpu, formats, optimizer, patterns, recost
+from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
+
+
+@dataclass
+class RuleContext:
+    """What rules look at: the focus rank, every rank (cluster rules), user overrides."""
+
+    data: RankData
+    per_rank: dict[int, RankData]
+    batch_size: int | None = None
+
+
+def need_spec(data: RankData) -> None:
+    """Skip unless the device spec is known."""
+    if data.spec is None:
+        raise Skip(data.spec_error or "device spec unknown")
+
+
+def need_tasks(data: RankData) -> None:
+    """Skip unless device tasks were recorded in the analysed steps."""
+    if data.tasks.empty:
+        raise Skip("no device tasks recorded in the analysed steps")
+
+
+def need_host_ops(data: RankData) -> None:
+    """Skip unless host ops, linked to their tasks, were recorded."""
+    if not (data.host["kind"] == "op").any():
+        raise Skip("no host ops recorded (the op sequence is needed for the dataflow)")
+    if not (data.tasks["host_op_id"] >= 0).any():
+        raise Skip("tasks are not linked to host ops (host_op_id is -1 everywhere)")
+
+
+def us(ns: float) -> float:
+    """Nanoseconds to microseconds."""
+    return float(ns) / 1e3
+
+
+def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """A fusable pattern (``spec.extra['pattern']``: one name or a list) found in the steps."""
+    data = ctx.data
+    need_tasks(data)
+    need_host_ops(data)
+    need_spec(data)
+    names = spec.extra["pattern"]
+    names = [names] if isinstance(names, str) else list(names)
+    matches, _ = patterns.find(data)
+    costs = recost.fusion(data)
+    sel = matches[matches["pattern"].isin(names)].merge(costs, on="match")
+    n = data.n_steps
+    per_step = len(sel) / n
+    saved = float(sel["saved_ns"].sum()) if len(sel) else 0.0
+    if per_step < spec.thresholds.get("min_per_step", 1) or saved <= 0:
+        return spec.ok(data.rank, {"matches_per_step": per_step})
+    groups = (
+        sel.groupby(["pattern", "ops", "module"], sort=False, observed=True)
+        .agg(
+            count=("match", "size"),
+            device_ns=("device_ns", "sum"),
+            fused_ns=("fused_ns", "sum"),
+            saved_ns=("saved_ns", "sum"),
+        )
+        .reset_index()
+        .sort_values("device_ns", ascending=False, kind="stable")
+    )
+    top = groups.iloc[0]
+    where = f" in {top['module']}" if top["module"] else ""
+    example = f"{top['ops']}{where} (x{top['count'] / n:.0f} per step)"
+    time = float(sel["device_ns"].sum())
+    values = {
+        "per_step": per_step,
+        "kernels_per_step": sel["kernels"].sum() / n,
+        "time_us": us(time / n),
+        "share": data.share(time),
+        "example": example,
+    }
+    evidence = {
+        "fused_us_per_step": us(sel["fused_ns"].sum() / n),
+        "launches_saved_per_step": float((sel["kernels"] - 1).sum() / n),
+        "host_dispatch_saved_us_per_step": us(sel["host_saved_ns"].sum() / n),
+        "ops": [
+            {
+                "pattern": r.pattern,
+                "ops": r.ops,
+                "module": r.module,
+                "per_step": r.count / n,
+                "device_us_per_step": us(r.device_ns / n),
+                "fused_us_per_step": us(r.fused_ns / n),
+                "share": data.share(r.device_ns),
+            }
+            for r in groups.head(5).itertuples()
+        ],
+    }
+    return spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+
+
+def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Per-parameter optimizer ops instead of foreach/fused kernels."""
+    data = ctx.data
+    need_tasks(data)
+    need_host_ops(data)
+    s = optimizer.summary(data)
+    if not s["found"]:
+        raise Skip("no Optimizer.step annotations recorded")
+    if s["multi_tensor"] or s["kernels_per_step"] < spec.thresholds["min_kernels_per_step"]:
+        return spec.ok(data.rank, s)
+    need_spec(data)
+    sched = data.spec.dispatch.device_sched_ns
+    gain_ns = max(0.0, s["kernels_per_step"] - 1) * sched
+    time = s["device_ns_per_step"] * data.n_steps
+    values = {
+        "optimizer": s["optimizer"],
+        "optimizer_class": s["optimizer"] or "SGD",
+        "kernels_per_step": s["kernels_per_step"],
+        "ops_per_step": s["ops_per_step"],
+        "time_us": us(s["device_ns_per_step"]),
+        "host_us": us(s["host_ns_per_step"]),
+        "share": data.share(time),
+    }
+    evidence = {
+        "host_dispatch_saved_us_per_step": us(s["host_ns_per_step"])
+        * (1 - 1 / max(1, s["ops_per_step"]))
+    }
+    share = data.share(max(time, s["host_ns_per_step"] * data.n_steps))
+    return spec.fire(values, share, us(gain_ns), data.rank, evidence)
+
+
+def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """fp32 matmuls and convolutions that autocast would run in fp16/bf16."""
+    data = ctx.data
+    need_tasks(data)
+    need_spec(data)
+    k = recost.amp(data)
+    if k.empty:
+        return spec.ok(data.rank, {"fp32_cube_kernels": 0})
+    ratio = float(k["rate_ratio"].iloc[0])
+    n = data.n_steps
+    time = float(k["recorded_ns"].sum())
+    gain = float(k["saved_ns"].sum())
+    share = data.share(time)
+    if ratio <= 1.0 or share < spec.thresholds["min_share"] or gain <= 0:
+        return spec.ok(data.rank, {"fp32_cube_share": share, "modelled_gain_us": us(gain / n)})
+    top = (
+        k.groupby(["name", "input_shapes"], sort=False, observed=True)["recorded_ns"]
+        .sum()
+        .sort_values(ascending=False)
+    )
+    (name, shape), top_ns = top.index[0], top.iloc[0]
+    values = {
+        "kernels_per_step": len(k) / n,
+        "time_us": us(time / n),
+        "share": share,
+        "rate_ratio": ratio,
+        "example": f"{name} [{shape}] ({us(top_ns / n):.1f} us per step)",
+    }
+    evidence = {
+        "amp_us_per_step": us(k["amp_ns"].sum() / n),
+        "cast_us_per_step": us(k["cast_ns"].sum() / n),
+        "ops": [
+            {"name": nm, "input_shapes": sh, "us_per_step": us(v / n), "share": data.share(v)}
+            for (nm, sh), v in top.head(5).items()
+        ],
+    }
+    return spec.fire(values, share, us(gain / n), data.rank, evidence)
+
+
+def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """TransData conversions taking a significant share of the step."""
+    data = ctx.data
+    need_tasks(data)
+    s = formats.summary(data)
+    per_step = s["transdata_count"] / data.n_steps
+    if s["transdata_share"] < spec.thresholds["min_share"] or per_step < spec.thresholds.get(
+        "min_per_step", 0
+    ):
+        return spec.ok(data.rank, s)
+    td = formats.transdata(data)
+    top = td.iloc[0]
+    n = data.n_steps
+    padding_share = (
+        s["padding_bytes"] / s["private_format_bytes"] if s["private_format_bytes"] else 0.0
+    )
+    values = {
+        "count_per_step": s["transdata_count"] / n,
+        "time_us": us(s["transdata_per_step_ns"]),
+        "share": s["transdata_share"],
+        "top_cause": (
+            f"{top['cause_op']} ({top['src_format']} -> {top['dst_format']}, "
+            f"{us(top['total_ns'] / n):.1f} us per step)"
+        ),
+        "padding_share": padding_share,
+    }
+    evidence = {
+        "causes": [
+            {
+                "op": r.cause_op,
+                "conversion": f"{r.src_format} -> {r.dst_format}",
+                "per_step": r.count / n,
+                "us_per_step": us(r.total_ns / n),
+                "share": r.share_of_step,
+            }
+            for r in td.head(5).itertuples()
+        ],
+        "padding_bytes_per_step": s["padding_bytes"] / n,
+    }
+    return spec.fire(values, s["transdata_share"], values["time_us"], data.rank, evidence)
+
+
+def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Ops on the AI CPU, with the dtype or op to change."""
+    data = ctx.data
+    need_tasks(data)
+    t = aicpu.tasks(data)
+    t = t[t["duration_ns"] >= spec.thresholds["min_task_us"] * 1e3]
+    share = data.share(t["duration_ns"].sum())
+    if t.empty or share < spec.thresholds.get("min_share", 0.0):
+        return spec.ok(data.rank, {"aicpu_tasks": len(t)})
+    need_spec(data)
+    n = data.n_steps
+    by_dtype = t["to_dtype"] != ""
+    vector = recost.aicpu_as_vector_ns(data, t, t["to_dtype"].where(by_dtype, "float32"))
+    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype.to_numpy()].sum())
+    sched = data.spec.aicpu.launch_overhead_ns
+    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype.to_numpy()].sum())
+    table = aicpu.table(data)
+    table = table[table["op_type"].isin(t["op_type"])]
+    top = table.iloc[0]
+    values = {
+        "count_per_step": len(t) / n,
+        "time_us": us(t["duration_ns"].sum() / n),
+        "share": share,
+        "top": f"{top['name']} ({top['op_type']}, {top['input_dtypes'] or 'no tensors'}, "
+        f"{us(top['total_ns'] / n):.1f} us per step)",
+        "change": f"Change: {top['change']} - {top['suggestion']}.",
+    }
+    evidence = {
+        "modelled_gain_us_per_step": us(modelled / n),
+        "heuristic_gain_us_per_step": us(heuristic / n),
+        "ops": [
+            {
+                "name": r.name,
+                "op_type": r.op_type,
+                "dtypes": r.input_dtypes,
+                "per_step": r.count / n,
+                "us_per_step": us(r.total_ns / n),
+                "share": r.share_of_step,
+                "change": r.change,
+                "suggestion": r.suggestion,
+            }
+            for r in table.head(5).itertuples()
+        ],
+    }
+    finding = spec.fire(values, share, us((modelled + heuristic) / n), data.rank, evidence)
+    if heuristic > modelled:
+        finding.gain_model = "heuristic"
+    return finding

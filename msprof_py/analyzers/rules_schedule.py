@@ -1,0 +1,256 @@
+"""Rules about how work reaches the device: dispatch, copies, syncs, utilisation, memory, data.
+
+Each rule takes the :class:`RuleContext` and its :class:`RuleSpec` and returns a finding;
+it raises :class:`Skip` naming the data it lacks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from msprof_py.analyzers import compute, copies, memory, syncs, timeline
+from msprof_py.analyzers import ops as ops_table
+from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
+from msprof_py.analyzers.recost import pinned_copy_ns
+from msprof_py.analyzers.rules_compute import RuleContext, need_spec, need_tasks, us
+from msprof_py.device import costmodel
+from msprof_py.device.records import CopyKind
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+def _idle(ctx: RuleContext, cause: str) -> float:
+    """Idle time (ns, total over the analysed steps) the gap analysis gives ``cause``."""
+    table = timeline.idle_by_cause(ctx.data)
+    return float(table.loc[table["cause"] == cause, "total_ns"].sum())
+
+
+def _need_host(ctx: RuleContext) -> None:
+    host = ctx.data.host
+    if not host["kind"].isin(("op", "launch")).any():
+        raise Skip("no host ops or launches recorded (needed to attribute device idle time)")
+
+
+def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """The device idles between short kernels waiting for the host."""
+    data = ctx.data
+    need_tasks(data)
+    _need_host(ctx)
+    idle = _idle(ctx, "host-bound dispatch")
+    share = data.share(idle)
+    kernels = data.kernels
+    median = float(kernels["duration_ns"].median()) if len(kernels) else 0.0
+    ops = data.host[data.host["kind"] == "op"]
+    ops = ops[ops["event_id"].isin(data.tasks["host_op_id"])]
+    per_op = float((ops["end_ns"] - ops["start_ns"]).mean()) if len(ops) else 0.0
+    values = {
+        "share": share,
+        "time_us": us(idle / data.n_steps),
+        "median_kernel_us": us(median),
+        "host_per_op_us": us(per_op),
+    }
+    limit = spec.thresholds["max_median_kernel_us"] * 1e3
+    if share < spec.thresholds["min_share"] or median > limit:
+        return spec.ok(data.rank, values)
+    top = ops_table.host_ops(data, 5)
+    evidence = {
+        "ops": [
+            {
+                "name": r.name,
+                "per_step": r.count / data.n_steps,
+                "host_us_per_step": us(r.host_total_ns / data.n_steps),
+                "device_us_per_step": us(r.device_total_ns / data.n_steps),
+                "share": r.share_of_step,
+            }
+            for r in top.itertuples()
+        ]
+    }
+    return spec.fire(values, share, values["time_us"], data.rank, evidence)
+
+
+def exposed_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Copies running with no compute beside them (on the critical path)."""
+    data = ctx.data
+    need_tasks(data)
+    s = copies.summary(data, value_reads=False)  # .item() read-backs: the sync rule's
+    share = s["exposed_ratio"]
+    if s["copies"] == 0 or share < spec.thresholds["min_share"]:
+        return spec.ok(data.rank, s)
+    tasks = copies.copy_tasks(data)
+    tasks = tasks[~tasks["value_read"]]
+    per_step = copies.exposed_per_step(data, value_reads=False)
+    pinned = tasks.assign(pinned_ns=pinned_copy_ns(data, tasks))
+    new_copy = pinned.groupby("step")["pinned_ns"].sum().reindex(per_step["step"]).fillna(0)
+    exposed_after = np.clip(new_copy.to_numpy() - per_step["compute_ns"].to_numpy(), 0, None)
+    gain = np.clip(per_step["exposed_ns"].to_numpy() - exposed_after, 0, None).sum()
+    top = tasks.assign(exposed=tasks["duration_ns"] - tasks["hidden_ns"]).sort_values(
+        "exposed", ascending=False, kind="stable"
+    )
+    t = top.iloc[0]
+    n = data.n_steps
+    values = {
+        "time_us": us(s["exposed_per_step_ns"]),
+        "share": share,
+        "copy_ratio": s["copy_ratio"],
+        "pageable_per_step": s["pageable_count"] / n,
+        "pageable_us": us(s["pageable_ns"] / n),
+        "top": (
+            f"{t['direction']} {t['bytes'] / MIB:.2f} MiB "
+            f"({'pinned' if t['pinned'] else 'pageable'}) {us(t['duration_ns']):.1f} us"
+        ),
+    }
+    evidence = {
+        "host_blocked_us_per_step": us(s["host_blocked_ns"] / n),
+        "by_direction": copies.by_direction(data).drop(columns="rank").to_dict("records"),
+    }
+    return spec.fire(values, share, us(gain / n), data.rank, evidence)
+
+
+def small_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Many copies of a few bytes each, every one paying the link latency."""
+    data = ctx.data
+    need_tasks(data)
+    small_bytes = int(spec.thresholds["small_bytes"])
+    tasks = copies.copy_tasks(data)
+    small = tasks[tasks["bytes"] < small_bytes]
+    n = data.n_steps
+    per_step = len(small) / n
+    if per_step < spec.thresholds["min_per_step"]:
+        return spec.ok(data.rank, {"small_per_step": per_step})
+    need_spec(data)
+    kinds = {k.value: k for k in CopyKind}
+    merged = 0.0
+    groups = small.groupby(["step", "copy_kind"], observed=True)
+    for (_, kind), g in groups:  # one row per step and direction
+        copy_kind = kinds.get(kind)
+        if copy_kind is None:
+            merged += float(g["duration_ns"].sum())
+            continue
+        merged += costmodel.copy_ns(
+            data.spec, copy_kind, int(g["bytes"].sum()), pinned=bool(g["pinned"].all())
+        )
+    time = float(small["duration_ns"].sum())
+    values = {
+        "per_step": per_step,
+        "small_kib": small_bytes / 1024,
+        "time_us": us(time / n),
+        "share": data.share(time),
+    }
+    evidence = {"merged_us_per_step": us(merged / n), "groups": len(groups)}
+    return spec.fire(values, values["share"], us((time - merged) / n), data.rank, evidence)
+
+
+def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Host syncs inside the step that leave the device idle."""
+    data = ctx.data
+    need_tasks(data)
+    _need_host(ctx)
+    pts = syncs.points(data)
+    n = data.n_steps
+    idle = _idle(ctx, "synchronisation")
+    share = data.share(idle)
+    if pts.empty or share < spec.thresholds["min_share"]:
+        return spec.ok(data.rank, {"syncs_per_step": len(pts) / n, "idle_share": share})
+    counts = pts["kind"].value_counts()
+    kinds = ", ".join(f"{c / n:.0f} {k}" for k, c in counts.items())
+    longest = pts.loc[pts["duration_ns"].idxmax()]
+    where = longest["op"] or longest["name"]
+    if longest["module"]:
+        where += f" in {longest['module']}"
+    values = {
+        "count_per_step": len(pts) / n,
+        "kinds": kinds,
+        "blocked_us": us(pts["duration_ns"].sum() / n),
+        "time_us": us(idle / n),
+        "share": share,
+        "where": f"{where} ({us(longest['duration_ns']):.1f} us)",
+    }
+    evidence = {"points": syncs.summary(data).drop(columns="rank").head(5).to_dict("records")}
+    return spec.fire(values, share, values["time_us"], data.rank, evidence)
+
+
+def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """The device is idle most of the step: a larger batch would use it better."""
+    data = ctx.data
+    need_tasks(data)
+    util = compute.utilisation(data)
+    step = float(util["step_ns"].sum())
+    busy = float(util["device_busy_ns"].sum())
+    u = busy / step if step else 0.0
+    if u >= spec.thresholds["max_utilisation"]:
+        return spec.ok(data.rank, {"utilisation": u})
+    mem = memory.summary(data, ctx.batch_size)
+    scale = mem.get("max_batch_scale")
+    batch_text = ""
+    gain = None
+    if scale is not None:
+        if mem.get("max_batch_size"):
+            batch_text = f" (batch {mem['batch_size']} -> {mem['max_batch_size']})"
+        k = max(1.0, min(scale, 1 / u if u > 0 else scale))
+        per_step = step / data.n_steps
+        busy_step = busy / data.n_steps
+        gain = per_step - max(per_step, k * busy_step) / k
+    else:
+        batch_text = " (memory use was not recorded: scale unknown)"
+    values = {
+        "utilisation": u,
+        "fill": 1 / u if u > 0 else float("inf"),
+        "scale": scale if scale is not None else float("nan"),
+        "batch_text": batch_text,
+    }
+    evidence = {
+        "batch_size": mem.get("batch_size"),
+        "batch_size_source": mem.get("batch_size_source"),
+        "max_batch_size": mem.get("max_batch_size"),
+        "cube_utilisation": float(util["cube_busy_ns"].sum() / step) if step else 0.0,
+        "vector_utilisation": float(util["vector_busy_ns"].sum() / step) if step else 0.0,
+    }
+    return spec.fire(values, 1.0 - u, None if gain is None else us(gain), data.rank, evidence)
+
+
+def memory_near_capacity(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Peak reserved memory close to the device's usable memory."""
+    data = ctx.data
+    if data.all_memory.empty:
+        raise Skip("no memory events recorded (record_memory was off)")
+    need_spec(data)
+    m = memory.summary(data, ctx.batch_size)
+    share = m["peak_share_of_capacity"]
+    values = {
+        "peak_gib": m["peak_reserved"] / GIB,
+        "share_of_capacity": share,
+        "capacity_gib": m["capacity_bytes"] / GIB,
+        "fragmentation_mib": m["fragmentation_bytes"] / MIB,
+    }
+    if share < spec.thresholds["max_share"] and not m["oom_events"]:
+        return spec.ok(data.rank, values)
+    return spec.fire(values, share, None, data.rank, {"oom_events": m["oom_events"]})
+
+
+def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Data loading that leaves the device idle."""
+    data = ctx.data
+    host = data.all_host
+    ann = host[host["kind"] == "annotation"]
+    ann = ann[ann["name"].str.contains(timeline.DATA_LOADING).fillna(False).to_numpy(bool)]
+    if ann.empty:
+        raise Skip(
+            "no data-loading annotations recorded (DataLoader iteration or "
+            "msprof_py.annotate('data loading'))"
+        )
+    loading = ann[ann["step"].isin(data.steps["step"])]
+    total = float((loading["end_ns"] - loading["start_ns"]).sum())
+    if total == 0 and data.meta.get("host_time") == "modeled":
+        raise Skip(
+            "host time is modelled (host_time=modeled): the time spent loading data is not "
+            "measured; record with host_time=measured"
+        )
+    n = data.n_steps
+    idle = _idle(ctx, "data loading")
+    share = data.share(idle)
+    values = {"loading_ms": total / n / 1e6, "time_us": us(idle / n), "share": share}
+    slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
+    if share < spec.thresholds["min_share"] and not slow:
+        return spec.ok(data.rank, values)
+    return spec.fire(values, share, values["time_us"], data.rank)

@@ -1,0 +1,224 @@
+"""The ``msprof analyze --json`` document: keys, table columns, and the writers (JSON, CSV).
+
+Schema version 1. Top-level keys (tables are lists of row objects; a row's ``rank`` says which
+rank it describes; times are integer ns unless a key ends in ``_us``; shares are fractions):
+
+``schema_version``  1
+``profile``         path, ranks, focus_rank, device, soc_version, status per rank, host_time,
+                    step_source, steps_analysed, warmup_skipped, mean_step_ns, device_spec,
+                    device_spec_error, tasks
+``headline``        the focus rank's headline numbers (see :func:`headline`)
+``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
+``op_statistic``    msprof's op_statistic table (every op type and core type)
+``copy``            ``summary`` (one object per rank), ``by_direction``
+``compute_density`` ``ops`` (per kernel: FLOPs, bytes, intensity, TFLOP/s, class),
+                    ``classes``, ``utilisation`` (per step: device, cube, vector)
+``step_breakdown``  ``steps`` (step_trace_time columns + idle time by cause), ``idle`` (by
+                    cause), ``gaps`` (the longest idle gaps)
+``sync``            ``summary`` (per kind and name), ``points`` (the longest)
+``memory``          ``summary`` (one object per rank), ``steps``, ``timeline``
+``formats``         ``summary``, ``transdata`` (by cause op and conversion), ``padding``
+``aicpu``           AI CPU ops with the reason and what to change
+``communication``   ``summary``, ``collectives``, ``ranks`` (cluster view), ``slow_rank``
+``findings``        one object per rule: rule, title, area, status (fired | ok | skipped),
+                    priority (high | medium | low | null), message, advice, evidence (object),
+                    estimated_gain_us (per step, or null), gain_model (modelled | heuristic |
+                    null), gain_basis, share (of the step time the finding concerns), rank
+
+:data:`TABLES` lists the columns of every table; they only ever grow within a schema version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from msprof_py.analyzers import (
+    aicpu,
+    communication,
+    compute,
+    copies,
+    formats,
+    memory,
+    ops,
+    syncs,
+    timeline,
+)
+from msprof_py.analyzers.findings import plain
+
+if TYPE_CHECKING:
+    from msprof_py.analyzers.api import Analysis
+
+SCHEMA_VERSION = 1
+TOP_LEVEL = [
+    "schema_version",
+    "profile",
+    "headline",
+    "top_ops",
+    "op_statistic",
+    "copy",
+    "compute_density",
+    "step_breakdown",
+    "sync",
+    "memory",
+    "formats",
+    "aicpu",
+    "communication",
+    "findings",
+]
+#: "section.table" -> columns
+TABLES: dict[str, list[str]] = {
+    "top_ops.by_type": ops.BY_TYPE_COLUMNS,
+    "top_ops.by_name": ops.BY_NAME_COLUMNS,
+    "top_ops.host": ops.HOST_COLUMNS,
+    "op_statistic": ops.OP_STATISTIC_COLUMNS,
+    "copy.by_direction": copies.DIRECTION_COLUMNS,
+    "compute_density.ops": compute.DENSITY_COLUMNS,
+    "compute_density.classes": compute.CLASS_COLUMNS,
+    "compute_density.utilisation": compute.UTILISATION_COLUMNS,
+    "step_breakdown.steps": timeline.BREAKDOWN_COLUMNS,
+    "step_breakdown.idle": timeline.CAUSE_COLUMNS,
+    "step_breakdown.gaps": timeline.GAP_COLUMNS,
+    "sync.summary": syncs.SUMMARY_COLUMNS,
+    "sync.points": syncs.POINT_COLUMNS,
+    "memory.steps": memory.STEP_COLUMNS,
+    "memory.timeline": memory.TIMELINE_COLUMNS,
+    "formats.transdata": formats.TRANSDATA_COLUMNS,
+    "formats.padding": formats.PADDING_COLUMNS,
+    "aicpu": aicpu.COLUMNS,
+    "communication.collectives": communication.COLLECTIVE_COLUMNS,
+    "communication.ranks": communication.RANK_COLUMNS,
+}
+FINDING_KEYS = [
+    "rule",
+    "title",
+    "area",
+    "status",
+    "priority",
+    "message",
+    "advice",
+    "evidence",
+    "estimated_gain_us",
+    "gain_model",
+    "gain_basis",
+    "share",
+    "rank",
+]
+HEADLINE_KEYS = [
+    "rank",
+    "steps",
+    "mean_step_us",
+    "utilisation",
+    "cube_utilisation",
+    "vector_utilisation",
+    "computing_share",
+    "communication_share",
+    "free_share",
+    "idle_share",
+    "copy_ratio",
+    "exposed_copy_share",
+    "peak_reserved_bytes",
+    "findings_fired",
+    "estimated_gain_us",
+]
+
+
+def records(df: pd.DataFrame, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """A table as JSON-safe row objects (NaN -> null), with the documented columns in order."""
+    if columns is not None:
+        df = df.reindex(columns=columns)
+    return plain(df.astype(object).where(df.notna(), None).to_dict("records"))
+
+
+def headline(a: Analysis) -> dict[str, Any]:
+    """The focus rank's headline numbers."""
+    rank = a.profile["focus_rank"]
+
+    def mine(df: pd.DataFrame) -> pd.DataFrame:
+        return df[df["rank"] == rank] if "rank" in df.columns and len(df) else df
+
+    steps = mine(a.step_breakdown["steps"])
+    util = mine(a.compute_density["utilisation"])
+    step_ns = float(steps["step_ns"].sum()) if len(steps) else 0.0
+
+    def share(column: str, df: pd.DataFrame = steps) -> float:
+        return float(df[column].sum()) / step_ns if step_ns and len(df) else 0.0
+
+    copy = next((c for c in a.copy["summary"] if c["rank"] == rank), {})
+    mem = next((m for m in a.memory["summary"] if m["rank"] == rank), {})
+    fired = [f for f in a.findings if f.status == "fired"]
+    return plain(
+        {
+            "rank": rank,
+            "steps": len(steps),
+            "mean_step_us": a.profile["mean_step_ns"] / 1e3,
+            "utilisation": share("device_busy_ns"),
+            "cube_utilisation": share("cube_busy_ns", util),
+            "vector_utilisation": share("vector_busy_ns", util),
+            "computing_share": share("computing_ns"),
+            "communication_share": share("communication_ns"),
+            "free_share": share("free_ns"),
+            "idle_share": share("idle_ns"),
+            "copy_ratio": copy.get("copy_ratio", 0.0),
+            "exposed_copy_share": copy.get("exposed_ratio", 0.0),
+            "peak_reserved_bytes": mem.get("peak_reserved"),
+            "findings_fired": len(fired),
+            "estimated_gain_us": sum(f.estimated_gain_us or 0.0 for f in fired),
+        }
+    )
+
+
+def _section(value: Any, name: str) -> Any:
+    if isinstance(value, pd.DataFrame):
+        return records(value, TABLES.get(name))
+    if isinstance(value, dict):
+        return {k: _section(v, f"{name}.{k}") for k, v in value.items()}
+    return plain(value)
+
+
+def to_json(a: Analysis) -> dict[str, Any]:
+    """The whole analysis as the documented JSON document."""
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "profile": plain(a.profile)}
+    doc["headline"] = headline(a)
+    for key in TOP_LEVEL[3:-1]:
+        doc[key] = _section(getattr(a, key), key)
+    doc["findings"] = [f.to_dict() for f in a.findings]
+    return doc
+
+
+def dumps(a: Analysis) -> str:
+    """The JSON document as text."""
+    return json.dumps(to_json(a), indent=2, sort_keys=False)
+
+
+def write_csv(a: Analysis, folder: str | Path) -> list[Path]:
+    """Every table as ``<section>_<table>.csv``, summaries as ``<section>_summary.csv``, the
+    findings as ``findings.csv`` (evidence as JSON text); returns the files written."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def put(df: pd.DataFrame, name: str) -> None:
+        path = folder / f"{name.replace('.', '_')}.csv"
+        df.to_csv(path, index=False)
+        written.append(path)
+
+    for key in TOP_LEVEL[3:-1]:
+        value = getattr(a, key)
+        if isinstance(value, pd.DataFrame):
+            put(value.reindex(columns=TABLES.get(key, list(value.columns))), key)
+            continue
+        for sub, item in value.items():
+            name = f"{key}.{sub}"
+            if isinstance(item, pd.DataFrame):
+                put(item.reindex(columns=TABLES.get(name, list(item.columns))), name)
+            elif isinstance(item, list):
+                put(pd.DataFrame(item), name)
+            elif isinstance(item, dict):
+                put(pd.DataFrame([item]), name)
+    rows = [f.to_dict() | {"evidence": json.dumps(f.to_dict()["evidence"])} for f in a.findings]
+    put(pd.DataFrame(rows, columns=FINDING_KEYS), "findings")
+    return written

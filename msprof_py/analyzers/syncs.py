@@ -1,0 +1,98 @@
+"""Synchronisation points: where the host blocked on the device, and for how long.
+
+Every host ``sync`` span is one point. Its kind comes from the op that made it (the span's
+parent) and the span's name:
+
+* ``synchronize``: an explicit ``torch.npu.synchronize()`` / stream or event synchronize;
+* ``.item()``: a value read back (``aten::_local_scalar_dense``);
+* ``pageable copy``: a copy from or to pageable host memory, which blocks until it is done;
+* ``blocking copy``: another copy the host waits for (``.cpu()``, ``non_blocking=False``);
+* ``other``: anything else.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers.context import MEMCPY, RankData
+
+KINDS = ("synchronize", ".item()", "pageable copy", "blocking copy", "other")
+SUMMARY_COLUMNS = [
+    "rank",
+    "kind",
+    "name",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "max_ns",
+    "per_step_ns",
+    "share_of_step",
+]
+POINT_COLUMNS = ["rank", "step", "kind", "name", "op", "module", "start_ns", "duration_ns"]
+
+
+def points(data: RankData) -> pd.DataFrame:
+    """Every host sync of the analysed steps with its kind, the op and module that made it."""
+    cached = data.cache.get("sync_points")
+    if cached is not None:
+        return cached
+    host = data.host
+    syncs = host[host["kind"] == "sync"]
+    ops = data.all_host_ops.set_index("event_id")
+    parent = syncs["parent_id"].to_numpy()
+    op_name = ops["name"].reindex(parent).astype(object).fillna("").to_numpy()
+    module = ops["module"].reindex(parent).astype(object).fillna("").to_numpy()
+    every = data.all_tasks
+    copies = every.loc[every["kind"] == MEMCPY, ["host_op_id", "pinned"]]
+    copies = copies.drop_duplicates("host_op_id").set_index("host_op_id")
+    has_copy = np.isin(parent, copies.index.to_numpy())
+    pinned = copies["pinned"].reindex(parent).fillna(True).astype(bool).to_numpy()
+    name = syncs["name"].astype(object).astype(str)
+    kind = np.full(len(syncs), KINDS[4], dtype=object)
+    kind[has_copy] = KINDS[3]
+    kind[has_copy & ~pinned] = KINDS[2]
+    item = (name.str.contains("item()", regex=False) | name.str.contains("local_scalar")).to_numpy()
+    kind[item] = KINDS[1]
+    explicit = name.str.startswith("aclrtSynchronize").to_numpy()
+    kind[explicit & ~has_copy & ~item] = KINDS[0]
+    out = pd.DataFrame(
+        {
+            "rank": data.rank,
+            "step": syncs["step"].to_numpy(),
+            "kind": kind,
+            "name": name.to_numpy(),
+            "op": op_name,
+            "module": module,
+            "start_ns": syncs["start_ns"].to_numpy(),
+            "duration_ns": (syncs["end_ns"] - syncs["start_ns"]).to_numpy(),
+        },
+        columns=POINT_COLUMNS,
+    )
+    data.cache["sync_points"] = out
+    return out
+
+
+def summary(data: RankData) -> pd.DataFrame:
+    """Sync time per kind and name: count, total, mean, max, per step, share of the step."""
+    pts = points(data)
+    if pts.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    g = pts.groupby(["kind", "name"], sort=False, observed=True)["duration_ns"]
+    out = g.agg(count="size", total_ns="sum", max_ns="max").reset_index()
+    out["mean_ns"] = out["total_ns"] / out["count"]
+    out["per_step_ns"] = out["total_ns"] / data.n_steps
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out.insert(0, "rank", data.rank)
+    out = out.sort_values(["total_ns", "name"], ascending=[False, True])
+    return out[SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def top_points(data: RankData, n: int = 10) -> pd.DataFrame:
+    """The longest sync points."""
+    pts = points(data)
+    return (
+        pts.sort_values("duration_ns", ascending=False, kind="stable")
+        .head(n)
+        .reset_index(drop=True)
+    )

@@ -1,0 +1,309 @@
+"""Step breakdown with Ascend's step_trace_time definitions, and the device's idle gaps.
+
+Over the rank's whole device timeline (as msprof's overlap analysis):
+
+* **Computing**: union of kernel tasks (AI Core, AI Vector, MIX, AI CPU);
+* **Communication**: union of collective tasks;
+* **Communication (not overlapped)**: Communication minus Computing; **Overlapped** the rest;
+* **Free**: the span from the first to the last task of any kind, minus both unions.
+
+Each merged section belongs to the step whose device range holds its start; a step's device
+range runs from its first task's start to the later of its last task's end and its host end.
+**Stage** is the step's span over its sections, **Preparing** its first Computing or
+Communication section's start minus the step's host start. (These are the definitions of
+torch_npu's ``step_trace_time.csv``; ``Bubble`` is always 0 here: there are no receive ops.)
+
+Idle gaps are the times inside a step when no work task (kernel, copy, memset, collective)
+runs; here a step runs from the earlier of its host start and its first task to the end of its
+device range, so the time before its first kernel (data loading, the wait after a sync)
+counts. The host-side window of a gap runs from the host launch of the task that ran
+before it to the host launch of the task that ends it (launches are on the host clock; the
+device lags behind them when the host runs ahead). What the host did in that window gives the
+gap one cause, the first that applies:
+
+1. ``data loading``: DataLoader annotations cover at least half of the window;
+2. ``synchronisation``: host syncs (synchronize, ``.item()``, a blocking copy) cover at least
+   half of the window: nothing was queued behind the wait;
+3. ``host-bound dispatch``: host ops and launches cover at least half of the window, or it is
+   no longer than one op's dispatch (stage 1 + stage 2 of the spec): the device waits for the
+   host to issue the next kernel;
+4. ``other host work``: anything else (Python between calls, nothing recorded).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers import intervals
+from msprof_py.analyzers.context import COLLECTIVE, KERNEL, RankData
+from msprof_py.analyzers.ops import WORK_KINDS
+
+DATA_LOADING = re.compile(r"dataloader|data[ _]?load", re.IGNORECASE)
+CAUSES = ("data loading", "synchronisation", "host-bound dispatch", "other host work")
+BREAKDOWN_COLUMNS = [
+    "rank",
+    "step",
+    "step_ns",
+    "computing_ns",
+    "communication_ns",
+    "comm_not_overlapped_ns",
+    "overlapped_ns",
+    "free_ns",
+    "stage_ns",
+    "bubble_ns",
+    "preparing_ns",
+    "device_busy_ns",
+    "utilisation",
+    "idle_ns",
+    "idle_data_loading_ns",
+    "idle_sync_ns",
+    "idle_dispatch_ns",
+    "idle_other_ns",
+]
+GAP_COLUMNS = ["rank", "step", "start_ns", "end_ns", "duration_ns", "cause"]
+CAUSE_COLUMNS = ["rank", "cause", "gaps", "total_ns", "per_step_ns", "share_of_step"]
+
+
+#: cause -> its column in the step breakdown
+IDLE_COLUMNS = dict(zip(CAUSES, BREAKDOWN_COLUMNS[-4:], strict=True))
+
+
+def _spans(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return df["start_ns"].to_numpy(dtype=np.int64), df["end_ns"].to_numpy(dtype=np.int64)
+
+
+def sections(tasks: pd.DataFrame) -> dict[str, intervals.Spans]:
+    """Computing, Communication, not-overlapped and Free sections of a device timeline."""
+    kind = tasks["kind"].to_numpy()
+    s, e = _spans(tasks)
+    comp = intervals.merge(s[kind == KERNEL], e[kind == KERNEL])
+    comm = intervals.merge(s[kind == COLLECTIVE], e[kind == COLLECTIVE])
+    not_ov = intervals.difference(comm, comp)
+    if s.size:
+        busy = (np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
+        free = intervals.difference((np.array([s.min()]), np.array([e.max()])), busy)
+    else:
+        free = (s[:0], e[:0])
+    return {"computing": comp, "communication": comm, "not_overlapped": not_ov, "free": free}
+
+
+def _per_step(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
+    """Total length of the spans whose start lies in each step range."""
+    s, e = spans
+    which = intervals.assign(s, lo, hi)
+    ok = which >= 0
+    return np.bincount(which[ok], weights=(e - s)[ok], minlength=n).astype(np.int64)
+
+
+def _first_start(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
+    s, _ = spans
+    which = intervals.assign(s, lo, hi)
+    out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    ok = which >= 0
+    np.minimum.at(out, which[ok], s[ok])
+    return out
+
+
+def _last_end(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
+    s, e = spans
+    which = intervals.assign(s, lo, hi)
+    out = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    ok = which >= 0
+    np.maximum.at(out, which[ok], e[ok])
+    return out
+
+
+def _ranges(data: RankData, from_host_start: bool = False) -> tuple[np.ndarray, ...]:
+    """Step ranges sorted by start: the device ranges, or (``from_host_start``) from the
+    earlier of the host start and the first task, so the time before a step's first kernel
+    (data loading, the wait after a sync) belongs to the step."""
+    steps = data.steps
+    lo = steps["dev_start_ns"].to_numpy(dtype=np.int64)
+    if from_host_start:
+        lo = np.minimum(lo, steps["start_ns"].to_numpy(dtype=np.int64))
+    order = np.argsort(lo, kind="stable")
+    return (
+        lo[order],
+        steps["dev_end_ns"].to_numpy(dtype=np.int64)[order],
+        steps.index.to_numpy()[order],
+    )
+
+
+def _launch_times(data: RankData, task_ids: np.ndarray, fallback: np.ndarray) -> tuple:
+    """Host (start, end) of the launch of each task, the task's ``launch_ns`` when unrecorded."""
+    cached = data.cache.get("launch_table")
+    if cached is None:
+        host = data.all_host
+        mask = ((host["kind"] == "launch") & (host["task_id"] >= 0)).to_numpy()
+        ids = host["task_id"].to_numpy()[mask]
+        size = (
+            int(
+                max(
+                    ids.max(initial=-1),
+                    data.all_tasks["task_id"].max() if len(data.all_tasks) else -1,
+                )
+            )
+            + 1
+        )
+        table = np.full((2, max(size, 1)), -1, dtype=np.int64)
+        # task ids are dense per rank: a lookup table; the first launch of a task wins
+        table[0, ids[::-1]] = host["start_ns"].to_numpy()[mask][::-1]
+        table[1, ids[::-1]] = host["end_ns"].to_numpy()[mask][::-1]
+        cached = data.cache["launch_table"] = table
+    table = cached
+    inside = (task_ids >= 0) & (task_ids < table.shape[1])
+    safe = np.where(inside, task_ids, 0)
+    start = np.where(inside, table[0, safe], -1)
+    end = np.where(inside, table[1, safe], -1)
+    start = np.where(start < 0, fallback, start).astype(np.int64)
+    end = np.where(end < 0, fallback, end).astype(np.int64)
+    return start, end
+
+
+def _dispatch_ns(data: RankData) -> int:
+    if data.spec is None:
+        return 20_000
+    return data.spec.dispatch.stage1_ns + data.spec.dispatch.stage2_ns
+
+
+def idle_gaps(data: RankData) -> pd.DataFrame:
+    """The device's idle gaps inside the analysed steps, each with its host-side cause."""
+    cached = data.cache.get("gaps")
+    if cached is not None:
+        return cached
+    lo, hi, order = _ranges(data, from_host_start=True)
+    every = data.all_tasks
+    work = every.loc[every["kind"].isin(WORK_KINDS), ["task_id", "launch_ns", "start_ns", "end_ns"]]
+    g_s, g_e = intervals.difference((lo, hi), _spans(work))
+    step_idx = intervals.assign(g_s, lo, hi)
+    ok = step_idx >= 0
+    g_s, g_e, step_idx = g_s[ok], g_e[ok], step_idx[ok]
+    # the task before each gap (latest end <= gap start) and the one ending it
+    by_end = work.sort_values("end_ns", kind="stable")
+    by_start = work.sort_values("start_ns", kind="stable")
+    ends = by_end["end_ns"].to_numpy(dtype=np.int64)
+    starts = by_start["start_ns"].to_numpy(dtype=np.int64)
+    prev = np.clip(np.searchsorted(ends, g_s, side="right") - 1, 0, None)
+    nxt = np.clip(np.searchsorted(starts, g_e, side="left"), 0, max(0, starts.size - 1))
+    if starts.size:
+        _, w_lo = _launch_times(
+            data, by_end["task_id"].to_numpy()[prev], by_end["launch_ns"].to_numpy()[prev]
+        )
+        w_hi, _ = _launch_times(
+            data, by_start["task_id"].to_numpy()[nxt], by_start["launch_ns"].to_numpy()[nxt]
+        )
+        has_next = np.searchsorted(starts, g_e, side="left") < starts.size
+        w_hi = np.where(has_next, w_hi, g_e)  # a trailing gap: up to the step's end
+        has_prev = np.searchsorted(ends, g_s, side="right") > 0
+        w_lo = np.where(has_prev, np.minimum(w_lo, w_hi), g_s)
+        w_hi = np.maximum(w_hi, w_lo)
+    else:
+        w_lo, w_hi = g_s, g_e
+    window = w_hi - w_lo
+    host = data.all_host
+    hk = host["kind"].to_numpy()
+    annotations = host[hk == "annotation"]
+    loading = annotations[
+        annotations["name"].str.contains(DATA_LOADING).fillna(False).to_numpy(bool)
+    ]
+    syncs = host[hk == "sync"]
+    dispatch = host[np.isin(hk, ("op", "launch"))]
+    cause = np.full(g_s.size, CAUSES[3], dtype=object)
+    busy_dispatch = intervals.Coverage(*_spans(dispatch)).within(w_lo, w_hi)
+    cause[(busy_dispatch * 2 >= window) | (window <= _dispatch_ns(data))] = CAUSES[2]
+    cause[intervals.Coverage(*_spans(syncs)).within(w_lo, w_hi) * 2 > window] = CAUSES[1]
+    cause[intervals.Coverage(*_spans(loading)).within(w_lo, w_hi) * 2 > window] = CAUSES[0]
+    steps = data.steps.loc[order, "step"].to_numpy()
+    out = pd.DataFrame(
+        {
+            "rank": data.rank,
+            "step": steps[step_idx] if step_idx.size else np.zeros(0, dtype=np.int64),
+            "start_ns": g_s,
+            "end_ns": g_e,
+            "duration_ns": g_e - g_s,
+            "cause": cause,
+        },
+        columns=GAP_COLUMNS,
+    )
+    data.cache["gaps"] = out
+    return out
+
+
+def idle_by_cause(data: RankData) -> pd.DataFrame:
+    """Idle time per cause: gaps, total, per step and share of the step time."""
+    gaps = idle_gaps(data)
+    g = gaps.groupby("cause")["duration_ns"].agg(["size", "sum"]).reindex(list(CAUSES))
+    g = g.fillna(0)
+    out = pd.DataFrame(
+        {
+            "rank": data.rank,
+            "cause": list(CAUSES),
+            "gaps": g["size"].astype("int64").to_numpy(),
+            "total_ns": g["sum"].astype("int64").to_numpy(),
+        }
+    )
+    out["per_step_ns"] = out["total_ns"] / data.n_steps
+    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    return out[CAUSE_COLUMNS]
+
+
+def step_breakdown(data: RankData) -> pd.DataFrame:
+    """Per analysed step: the step_trace_time columns, device busy time and idle causes (ns)."""
+    cached = data.cache.get("breakdown")
+    if cached is not None:
+        return cached
+    lo, hi, order = _ranges(data)
+    n = lo.size
+    sec = sections(data.all_tasks)
+    comp = _per_step(sec["computing"], lo, hi, n)
+    comm = _per_step(sec["communication"], lo, hi, n)
+    not_ov = _per_step(sec["not_overlapped"], lo, hi, n)
+    free = _per_step(sec["free"], lo, hi, n)
+    every = {k: v for k, v in sec.items() if k != "not_overlapped"}
+    first = np.min([_first_start(v, lo, hi, n) for v in every.values()], axis=0)
+    last = np.max([_last_end(v, lo, hi, n) for v in every.values()], axis=0)
+    stage = np.where(last >= first, last - first, 0)
+    busy_first = np.minimum(
+        _first_start(sec["computing"], lo, hi, n), _first_start(sec["communication"], lo, hi, n)
+    )
+    steps = data.steps.loc[order]
+    host_start = steps["start_ns"].to_numpy(dtype=np.int64)
+    preparing = np.where(busy_first < np.iinfo(np.int64).max, busy_first - host_start, 0)
+    busy_spans = (
+        np.concatenate([sec["computing"][0], sec["communication"][0]]),
+        np.concatenate([sec["computing"][1], sec["communication"][1]]),
+    )
+    busy = intervals.Coverage(*busy_spans).within(lo, hi)
+    out = pd.DataFrame(
+        {
+            "rank": data.rank,
+            "step": steps["step"].to_numpy(),
+            "step_ns": steps["duration_ns"].to_numpy(),
+            "computing_ns": comp,
+            "communication_ns": comm,
+            "comm_not_overlapped_ns": not_ov,
+            "overlapped_ns": comm - not_ov,
+            "free_ns": free,
+            "stage_ns": stage,
+            "bubble_ns": 0,
+            "preparing_ns": preparing,
+            "device_busy_ns": busy,
+        }
+    )
+    out["utilisation"] = out["device_busy_ns"] / out["step_ns"].where(out["step_ns"] > 0)
+    out["utilisation"] = out["utilisation"].fillna(0.0)
+    gaps = idle_gaps(data)
+    pivot = gaps.pivot_table(index="step", columns="cause", values="duration_ns", aggfunc="sum")
+    out["idle_ns"] = (
+        gaps.groupby("step")["duration_ns"].sum().reindex(out["step"]).fillna(0).to_numpy()
+    )
+    for cause in CAUSES:
+        col = pivot[cause] if cause in pivot.columns else pd.Series(dtype=float)
+        out[IDLE_COLUMNS[cause]] = col.reindex(out["step"]).fillna(0).astype("int64").to_numpy()
+    out = out.astype({"idle_ns": "int64"})[BREAKDOWN_COLUMNS]
+    out = out.sort_values("step").reset_index(drop=True)
+    data.cache["breakdown"] = out
+    return out

@@ -1,0 +1,243 @@
+"""Hand-built profiles for analyzer tests: rows with the schema's columns, known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from msprof_py.profile import Profile
+from msprof_py.profile.schema import TABLES
+
+_TASK = {
+    "task_id": 0,
+    "stream_id": 0,
+    "kind": "kernel",
+    "task_type": "AI_VECTOR_CORE",
+    "name": "aten::add",
+    "op_type": "Add",
+    "block_dim": 1,
+    "launch_ns": 0,
+    "start_ns": 0,
+    "end_ns": 0,
+    "wait_ns": 0,
+    "flops": 0.0,
+    "bytes": 0,
+    "input_shapes": "",
+    "input_dtypes": "",
+    "input_formats": "",
+    "output_shapes": "",
+    "output_dtypes": "",
+    "output_formats": "",
+    "copy_kind": "",
+    "pinned": False,
+    "collective": "",
+    "algorithm": "",
+    "world_size": 0,
+    "host_op_id": -1,
+    "step": 0,
+}
+_HOST = {
+    "event_id": 0,
+    "kind": "op",
+    "name": "",
+    "start_ns": 0,
+    "end_ns": 0,
+    "thread": 1,
+    "stream_id": -1,
+    "task_id": -1,
+    "parent_id": -1,
+    "step": 0,
+    "input_shapes": "",
+    "input_dtypes": "",
+    "module": "",
+    "sequence": -1,
+}
+_MEMORY = {
+    "time_ns": 0,
+    "action": "malloc",
+    "address": 0,
+    "size": 0,
+    "allocated": 0,
+    "reserved": 0,
+    "active": 0,
+    "stream_id": 0,
+    "tag": "",
+    "step": 0,
+}
+
+
+class Builder:
+    """Collects rows of one rank and builds a :class:`Profile` from them."""
+
+    def __init__(self, rank: int = 0, **meta: Any) -> None:
+        self.rank = rank
+        self.meta = {"rank": rank, "device": "ascend910b", "host_time": "modeled"} | meta
+        self.tasks: list[dict[str, Any]] = []
+        self.host: list[dict[str, Any]] = []
+        self.memory: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+
+    # ---- rows -----------------------------------------------------------------------------
+
+    def step(self, step: int, start: int, end: int, source: str = "optimizer") -> Builder:
+        self.steps.append({"step": step, "start_ns": start, "end_ns": end, "source": source})
+        return self
+
+    def task(self, start: int, end: int, **cols: Any) -> int:
+        row = _TASK | {"task_id": len(self.tasks), "launch_ns": start} | cols
+        row |= {"start_ns": start, "end_ns": end}
+        self.tasks.append(row)
+        return int(row["task_id"])
+
+    def event(self, kind: str, name: str, start: int, end: int, **cols: Any) -> int:
+        row = _HOST | {"event_id": len(self.host), "kind": kind, "name": name} | cols
+        row |= {"start_ns": start, "end_ns": end}
+        self.host.append(row)
+        return int(row["event_id"])
+
+    def op(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        kernels: list[dict[str, Any]] | None = None,
+        **cols: Any,
+    ) -> int:
+        """A host op and the kernels it launched (each a dict of task columns with
+        ``start``/``end``); a launch span per kernel is added on the host."""
+        op_id = self.event("op", name, start, end, **cols)
+        for k in kernels or []:
+            k = dict(k)
+            s, e = k.pop("start"), k.pop("end")
+            k.setdefault("step", cols.get("step", 0))
+            tid = self.task(s, e, host_op_id=op_id, name=k.pop("name", name), **k)
+            self.event(
+                "launch",
+                name,
+                start,
+                min(end, start + 1000),
+                task_id=tid,
+                parent_id=op_id,
+                stream_id=0,
+                step=cols.get("step", 0),
+                thread=cols.get("thread", 1),
+            )
+        return op_id
+
+    def mem(self, t: int, allocated: int, reserved: int, **cols: Any) -> None:
+        self.memory.append(
+            _MEMORY
+            | {"time_ns": t, "allocated": allocated, "reserved": reserved, "active": allocated}
+            | cols
+        )
+
+    # ---- building -------------------------------------------------------------------------
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        rows = {
+            "tasks": self.tasks,
+            "host_events": self.host,
+            "memory": self.memory,
+            "steps": self.steps,
+        }
+        out = {}
+        for name, table in TABLES.items():
+            df = pd.DataFrame(rows[name], columns=table.names)
+            schema = table.schema
+            df = df.astype({f.name: _dtype(f.type) for f in schema})
+            df.insert(0, "rank", self.rank)
+            out[name] = df
+        return out
+
+    def build(self, path: str | Path = "hand-built") -> Profile:
+        return Profile(Path(path), {self.rank: dict(self.meta)}, self.frames())
+
+
+def _dtype(arrow_type: Any) -> str:
+    text = str(arrow_type)
+    return {"int64": "int64", "int32": "int32", "double": "float64", "bool": "bool"}.get(
+        text, "object"
+    )
+
+
+def cluster(*builders: Builder) -> Profile:
+    """A multi-rank profile from one builder per rank."""
+    frames = [b.frames() for b in builders]
+    tables = {name: pd.concat([f[name] for f in frames], ignore_index=True) for name in TABLES}
+    meta = {b.rank: dict(b.meta) for b in builders}
+    return Profile(Path("hand-built-cluster"), meta, tables)
+
+
+def steps(b: Builder, count: int, length: int, start: int = 0) -> Builder:
+    """``count`` consecutive steps of ``length`` ns from ``start`` (numbered from 0)."""
+    for i in range(count):
+        b.step(i, start + i * length, start + (i + 1) * length)
+    return b
+
+
+def chain(
+    b: Builder,
+    t0: int,
+    ops: list[tuple[str, str, str, dict[str, Any]]],
+    *,
+    step: int = 0,
+    thread: int = 1,
+    module: str = "",
+    host_ns: int = 1000,
+    kernel_ns: int = 5000,
+    dtype: str = "float32",
+) -> int:
+    """Ops one after another: ``(name, input_shapes, output_shape, task columns)``; each op
+    takes ``host_ns`` on the host and launches one kernel of ``kernel_ns``, which starts when
+    launched or when the previous kernel ends. Returns the time after the last kernel."""
+    t = dev = t0
+    for name, ins, out, cols in ops:
+        n_in = len(ins.split(";")) if ins else 0
+        dtypes = ";".join([dtype] * n_in)
+        dev = max(t + host_ns, dev)
+        kernel = {
+            "start": dev,
+            "end": dev + kernel_ns,
+            "launch_ns": t + host_ns,
+            "input_shapes": ins,
+            "input_dtypes": dtypes,
+            "output_shapes": out,
+            "output_dtypes": dtype,
+            **cols,
+        }
+        b.op(
+            name,
+            t,
+            t + host_ns,
+            [kernel],
+            input_shapes=ins,
+            input_dtypes=dtypes,
+            step=step,
+            thread=thread,
+            module=module,
+        )
+        t += host_ns
+        dev += kernel_ns
+    return max(t, dev)
+
+
+def save(profile: Profile, folder: Path) -> Path:
+    """Write ``profile`` as one ``<rank>_ascend_pt/msprof_raw`` folder per rank under
+    ``folder`` (the layout the collectors write); returns ``folder``."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for rank in profile.ranks:
+        raw = folder / f"host_{rank}_ascend_pt" / "msprof_raw"
+        raw.mkdir(parents=True)
+        (raw / "meta.json").write_text(json.dumps(profile.meta[rank]), encoding="utf-8")
+        for name, table in TABLES.items():
+            df = profile.tables[name]
+            df = df[df["rank"] == rank].drop(columns="rank")
+            arrow = pa.Table.from_pandas(df, schema=table.schema, preserve_index=False)
+            pq.write_table(arrow, raw / f"{name}-00000.parquet")
+    return folder

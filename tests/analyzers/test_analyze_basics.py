@@ -1,0 +1,127 @@
+"""Interval arithmetic, shape strings and step windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from analyze_helpers import Builder, steps
+
+from msprof_py.analyzers import context, intervals, shapes
+
+
+def arr(*xs: int) -> np.ndarray:
+    return np.array(xs, dtype=np.int64)
+
+
+def test_difference_and_intersect() -> None:
+    a = (arr(0, 20), arr(10, 30))
+    b = (arr(5, 25), arr(8, 40))
+    s, e = intervals.difference(a, b)
+    assert list(zip(s, e, strict=True)) == [(0, 5), (8, 10), (20, 25)]
+    s, e = intervals.intersect(arr(0, 20), arr(10, 30), arr(5, 25), arr(8, 40))
+    assert list(zip(s, e, strict=True)) == [(5, 8), (25, 30)]
+    s, e = intervals.difference(a, (arr(), arr()))
+    assert list(zip(s, e, strict=True)) == [(0, 10), (20, 30)]
+
+
+def test_coverage_queries() -> None:
+    cover = intervals.Coverage(arr(0, 5, 20), arr(10, 8, 30))  # overlapping spans merge
+    assert cover.total == 20
+    assert list(cover.within(arr(0, 5, 15, 25), arr(30, 25, 18, 40))) == [20, 10, 0, 5]
+    assert list(cover.contains(arr(-1, 0, 9, 10, 20, 30))) == [
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
+    empty = intervals.Coverage(arr(), arr())
+    assert empty.total == 0 and list(empty.within(arr(0), arr(5))) == [0]
+
+
+def test_assign_to_windows() -> None:
+    got = intervals.assign(arr(-1, 0, 9, 10, 25), arr(0, 10), arr(10, 20))
+    assert list(got) == [-1, 0, 0, 1, -1]
+
+
+def test_shape_strings() -> None:
+    assert shapes.parse("8,10;;4", "float32;int64;float32") == [(8, 10), (), (4,)]
+    assert shapes.parse("", "float32") == [()]
+    assert shapes.parse("", "") == []
+    import pandas as pd
+
+    m = shapes.numel_matrix(pd.Series(["8,10;4", "", "2,3"]), pd.Series(["a;b", "", "c"]), width=3)
+    assert m.tolist() == [[80, 4, -1], [-1, -1, -1], [6, -1, -1]]
+    assert shapes.first_dim(pd.Series(["8,3,32,32;16", "", "5"])).tolist() == [8, -1, 5]
+    assert shapes.itemsizes(pd.Series(["float16;float32", "int64", "weird"])).tolist() == [2, 8, 4]
+
+
+def test_steps_leave_out_the_warmup_step_and_the_tail() -> None:
+    b = steps(Builder(), 3, 1000)
+    b.step(3, 3000, 3500, source="end of run")
+    for i in range(4):
+        b.task(i * 1000 + 100, i * 1000 + 200, step=i)
+    data = context.prepare(b.build(), 0)
+    assert data.steps["step"].tolist() == [1, 2]
+    assert data.warmup_skipped == [0]
+    assert set(data.tasks["step"]) == {1, 2}
+    assert data.step_time_ns == 2000
+    assert context.prepare(b.build(), 0, warmup=0).steps["step"].tolist() == [0, 1, 2]
+
+
+def test_steps_derived_from_tasks_without_a_steps_table() -> None:
+    b = Builder()
+    b.task(100, 400, step=0)
+    b.task(1000, 1500, step=1)
+    data = context.prepare(b.build(), 0, warmup=0)
+    assert data.step_source == "task step numbers"
+    assert data.steps[["step", "start_ns", "end_ns"]].values.tolist() == [
+        [0, 100, 400],
+        [1, 1000, 1500],
+    ]
+
+
+def test_whole_run_without_any_step() -> None:
+    b = Builder()
+    b.task(100, 400, step=-1)
+    data = context.prepare(b.build(), 0)
+    assert data.step_source == "whole run (no steps)"
+    assert data.step_time_ns == 300 and len(data.tasks) == 1
+
+
+def test_unknown_device_spec_is_reported_not_raised() -> None:
+    data = context.prepare(steps(Builder(device="no-such-npu"), 1, 1000).build(), 0)
+    assert data.spec is None and "no-such-npu" in data.spec_error
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_empty_profiles_prepare(n: int) -> None:
+    data = context.prepare(steps(Builder(), n, 1000).build(), 0)
+    assert data.tasks.empty
+
+
+def test_analyzers_import_no_torch_adapter_or_collectors() -> None:
+    import ast
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(context.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert not name.startswith("torch"), (path.name, name)
+                for banned in ("adapter", "collectors", "exporters"):
+                    assert not name.startswith(f"msprof_py.{banned}"), (path.name, name)
+    code = (
+        "import sys, msprof_py.analyzers, msprof_py.analyzers.command, "
+        "msprof_py.analyzers.render; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,526 @@
+"""Every rule firing, not firing, and SKIPPED (with what is missing), on hand-built profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from analyze_helpers import Builder, chain, cluster
+
+from msprof_py.analyzers import context, engine
+from msprof_py.analyzers.findings import FIRED, OK, SKIPPED, rule_specs
+from msprof_py.analyzers.rules_compute import RuleContext
+from msprof_py.profile import Profile
+
+STEP = 100_000
+GIB = 1024**3
+
+
+def check(profile: Profile, rule: str, batch_size: int | None = None):
+    per_rank = {r: context.prepare(profile, r, warmup=0) for r in profile.ranks}
+    ctx = RuleContext(per_rank[profile.ranks[0]], per_rank, batch_size)
+    return engine.run_rule(rule, ctx)
+
+
+def base(**meta) -> Builder:
+    return Builder(**meta).step(0, 0, STEP)
+
+
+def busy(b: Builder, start: int = 0, end: int = STEP) -> Builder:
+    """A long compute kernel keeping the device busy (from a host op)."""
+    b.op(
+        "aten::mm",
+        start,
+        start + 1000,
+        [
+            dict(
+                start=start,
+                end=end,
+                op_type="MatMul",
+                task_type="AI_CORE",
+                input_dtypes="float16;float16",
+                flops=1e9,
+                bytes=10**6,
+            )
+        ],
+    )
+    return b
+
+
+# ---- scenarios: name -> builder ------------------------------------------------------------
+
+ACT = "8,16,32,32"
+
+
+def conv_chain(linked: bool = True) -> Profile:
+    b = base()
+    bn_in = ACT if linked else "8,32,16,16"
+    chain(
+        b,
+        0,
+        [
+            (
+                "aten::convolution_overrideable",
+                "8,3,32,32;16,3,3,3",
+                ACT,
+                {"op_type": "Conv2D", "task_type": "AI_CORE", "bytes": 600_000},
+            ),
+            ("aten::native_batch_norm", f"{bn_in};16;16;16;16", bn_in, {"bytes": 1_048_576}),
+            ("aten::relu_", bn_in, bn_in, {"bytes": 1_048_576}),
+        ],
+    )
+    return b.build()
+
+
+def matmul_gelu(fused: bool = False) -> Profile:
+    b = base()
+    ops = [
+        (
+            "aten::addmm",
+            "512;512,128;128,512",
+            "512,512",
+            {"task_type": "AI_CORE", "bytes": 1_574_912, "flops": 6.7e7},
+        )
+    ]
+    if not fused:
+        ops.append(("aten::gelu", "512,512", "512,512", {"bytes": 2_097_152, "flops": 2e6}))
+    chain(b, 0, ops, kernel_ns=5000)
+    return b.build()
+
+
+def attention(present: bool = True) -> Profile:
+    b = base()
+    ops = [
+        ("aten::bmm", "32,64,32;32,32,64", "32,64,64", {"task_type": "AI_CORE", "bytes": 10**6}),
+        ("aten::div", "8,4,64,64", "8,4,64,64", {"bytes": 10**6}),
+        ("aten::_softmax", "8,4,64,64", "8,4,64,64", {"bytes": 10**6}),
+        ("aten::bmm", "32,64,64;32,64,32", "32,64,32", {"task_type": "AI_CORE", "bytes": 10**6}),
+    ]
+    chain(b, 0, ops if present else ops[:1])
+    return b.build()
+
+
+def layernorm(present: bool = True) -> Profile:
+    x, r = "8,64,128", "8,64,1"
+    ops = [
+        ("aten::mean", x, r, {}),
+        ("aten::sub", f"{x};{r}", x, {}),
+        ("aten::pow", x, x, {}),
+        ("aten::mean", x, r, {}),
+        ("aten::add", r, r, {}),
+        ("aten::rsqrt", r, r, {}),
+        ("aten::mul", f"{x};{r}", x, {}),
+    ]
+    b = base()
+    chain(b, 0, ops if present else [("aten::native_layer_norm", f"{x};128;128", x, {})])
+    return b.build()
+
+
+def softmax(present: bool = True) -> Profile:
+    x, r = "64,256", "64,1"
+    ops = [
+        ("aten::amax", x, r, {}),
+        ("aten::sub", f"{x};{r}", x, {}),
+        ("aten::exp", x, x, {}),
+        ("aten::sum", x, r, {}),
+        ("aten::div", f"{x};{r}", x, {}),
+    ]
+    b = base()
+    chain(b, 0, ops if present else [("aten::_softmax", x, x, {})])
+    return b.build()
+
+
+def gelu(present: bool = True) -> Profile:
+    x = "512,512"
+    ops = [
+        ("aten::div", x, x, {}),
+        ("aten::erf", x, x, {}),
+        ("aten::add", x, x, {}),
+        ("aten::mul", f"{x};{x}", x, {}),
+        ("aten::mul", x, x, {}),
+    ]
+    b = base()
+    chain(b, 0, ops if present else [("aten::gelu", x, x, {})])
+    return b.build()
+
+
+def elementwise(chains: int = 2) -> Profile:
+    b = base()
+    t = 0
+    for i in range(chains):
+        x = f"{1000 + i}"
+        t = chain(
+            b,
+            t,
+            [
+                ("aten::add", f"{x};{x}", x, {"bytes": 8000}),
+                ("aten::mul", x, x, {"bytes": 8000}),
+                ("aten::sigmoid", x, x, {"bytes": 8000}),
+            ],
+        )
+        t = chain(b, t, [("aten::mm", "64,64;64,64", "64,64", {"task_type": "AI_CORE"})])
+    return b.build()
+
+
+def optimizer(per_param: bool = True, annotated: bool = True) -> Profile:
+    b = base()
+    if annotated:
+        b.event("annotation", "Optimizer.step#SGD.step", 0, 60_000)
+    if per_param:
+        ops = [("aten::add_", f"{i + 10};{i + 10}", f"{i + 10}", {}) for i in range(25)]
+    else:
+        ops = [("aten::_foreach_add_", "10;11;12", "10", {})]
+    chain(b, 0, ops)
+    return b.build()
+
+
+def fp32_matmul(dtype: str = "float32", device: str = "ascend910b") -> Profile:
+    b = Builder(device=device).step(0, 0, 1_000_000)  # 2 x 4096^3 FLOPs: ~0.9 ms in fp32
+    b.op(
+        "aten::mm",
+        0,
+        1000,
+        [
+            dict(
+                start=1000,
+                end=925_000,
+                op_type="MatMul",
+                task_type="AI_CORE",
+                input_shapes="4096,4096;4096,4096",
+                input_dtypes=f"{dtype};{dtype}",
+                flops=2 * 4096**3,
+                bytes=3 * 4096 * 4096 * 4,
+            )
+        ],
+    )
+    return b.build()
+
+
+def transdata(present: bool = True) -> Profile:
+    b = busy(base())
+    if present:
+        b.op(
+            "aten::mean",
+            0,
+            100,
+            [
+                dict(
+                    start=0,
+                    end=5000,
+                    op_type="TransData",
+                    input_formats="NC1HWC0",
+                    output_formats="ND",
+                    bytes=10**6,
+                )
+            ],
+        )
+    return b.build()
+
+
+def aicpu(present: bool = True) -> Profile:
+    b = busy(base())
+    if present:
+        b.op(
+            "aten::add_",
+            0,
+            100,
+            [
+                dict(
+                    start=0,
+                    end=30_005,
+                    op_type="Add",
+                    task_type="AI_CPU",
+                    input_dtypes="int64",
+                    output_dtypes="int64",
+                    bytes=16,
+                )
+            ],
+        )
+    return b.build()
+
+
+def dispatch(host_bound: bool = True) -> Profile:
+    """Short kernels; host-bound: each issued 10 us after the previous one ended."""
+    b = base()
+    gap = 10_000 if host_bound else 0
+    t = 0
+    for _ in range(8):
+        b.op("aten::add", t, t + 1000 + gap, [dict(start=t + 1000 + gap, end=t + 4000 + gap)])
+        b.event("launch", "aten::add", t + gap, t + 1000 + gap, task_id=len(b.tasks) - 1)
+        t += 3000 + gap
+    b.steps[0]["end_ns"] = t + 1000
+    return b.build()
+
+
+def copies(exposed: bool = True) -> Profile:
+    b = base()
+    if exposed:
+        b.task(
+            0,
+            30_000,
+            kind="memcpy",
+            task_type="DMA",
+            copy_kind="HOST_TO_DEVICE",
+            bytes=300_000,
+            pinned=False,
+            op_type="MEMCPY_H2D",
+        )
+        busy(b, 30_000, STEP)
+    else:
+        busy(b)
+        b.task(
+            10_000,
+            40_000,
+            kind="memcpy",
+            task_type="DMA",
+            copy_kind="HOST_TO_DEVICE",
+            bytes=3_000_000,
+            pinned=True,
+            stream_id=1,
+        )
+    return b.build()
+
+
+def small(count: int = 25) -> Profile:
+    b = busy(Builder().step(0, 0, 1_000_000), 0, 1_000_000)
+    for i in range(count):  # pageable: 25 us of latency each
+        b.task(
+            30_000 * i,
+            30_000 * i + 25_000,
+            kind="memcpy",
+            task_type="DMA",
+            stream_id=1,
+            copy_kind="HOST_TO_DEVICE",
+            bytes=256,
+            pinned=False,
+        )
+    return b.build()
+
+
+def syncs(present: bool = True) -> Profile:
+    b = base()
+    b.op("aten::mm", 0, 1000, [dict(start=1000, end=20_000, op_type="MatMul", task_type="AI_CORE")])
+    if present:
+        b.event("sync", "aclrtSynchronizeDevice", 1000, 40_000)
+    b.op(
+        "aten::mm",
+        40_000,
+        41_000,
+        [dict(start=41_000, end=STEP, op_type="MatMul", task_type="AI_CORE")],
+    )
+    if not present:
+        b.tasks[0]["end_ns"] = 41_000
+    return b.build()
+
+
+def utilisation(low: bool = True) -> Profile:
+    b = base()
+    end = 10_000 if low else 90_000
+    b.op(
+        "aten::copy_",
+        0,
+        100,
+        [
+            dict(
+                start=0,
+                end=100,
+                kind="memcpy",
+                copy_kind="HOST_TO_DEVICE",
+                bytes=32 * 1024,
+                task_type="DMA",
+            )
+        ],
+        input_shapes="32,256;32,256",
+        input_dtypes="float32;float32",
+    )
+    busy(b, 100, end)
+    b.mem(10, GIB, 2 * GIB)
+    b.mem(5000, 2 * GIB, 2 * GIB)
+    return b.build()
+
+
+def near_capacity(near: bool = True) -> Profile:
+    from msprof_py.device.spec import DeviceSpec
+
+    usable = DeviceSpec.load("ascend910b").memory.usable_bytes
+    b = busy(base())
+    b.mem(10, GIB, int(usable * (0.95 if near else 0.2)))
+    return b.build()
+
+
+def dataloader(slow: bool = True, host_time: str = "measured") -> Profile:
+    b = base(host_time=host_time)
+    length = 40_000 if slow else 0
+    b.event(
+        "annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, length
+    )
+    busy(b, length, STEP)  # the first op comes when the batch is there
+    return b.build()
+
+
+def communication(exposed: bool = True, collectives: bool = True) -> Profile:
+    b = base()
+    busy(b, 0, 50_000)
+    if collectives:
+        start = 50_000 if exposed else 10_000
+        b.task(
+            start,
+            start + 30_000,
+            kind="collective",
+            task_type="HCCL",
+            stream_id=1,
+            collective="allreduce",
+            algorithm="mesh",
+            world_size=2,
+            bytes=10**7,
+        )
+    return b.build()
+
+
+def ranks(slow: bool = True, count: int = 2) -> Profile:
+    builders = []
+    for r in range(count):
+        b = Builder(rank=r).step(0, 0, STEP + (30_000 if slow and r == 1 else 0))
+        busy(b, 0, 50_000 + (30_000 if slow and r == 1 else 0))
+        builders.append(b)
+    return cluster(*builders) if count > 1 else builders[0].build()
+
+
+def tasks_only() -> Profile:
+    b = base()
+    b.task(0, 1000)
+    return b.build()
+
+
+def no_tasks() -> Profile:
+    return base().build()
+
+
+def unlinked() -> Profile:
+    p = conv_chain()
+    p.tables["tasks"]["host_op_id"] = -1
+    return p
+
+
+CASES: dict[
+    str, tuple[Callable[[], Profile], Callable[[], Profile], Callable[[], Profile], str]
+] = {
+    "fusion_conv_bn_relu": (conv_chain, lambda: conv_chain(False), tasks_only, "no host ops"),
+    "fusion_matmul_epilogue": (matmul_gelu, lambda: matmul_gelu(True), unlinked, "not linked"),
+    "fusion_attention": (attention, lambda: attention(False), no_tasks, "no device tasks"),
+    "fusion_norm_chain": (layernorm, lambda: layernorm(False), tasks_only, "no host ops"),
+    "fusion_softmax_chain": (softmax, lambda: softmax(False), tasks_only, "no host ops"),
+    "fusion_gelu_chain": (gelu, lambda: gelu(False), tasks_only, "no host ops"),
+    "fusion_elementwise_chain": (elementwise, lambda: elementwise(1), tasks_only, "no host ops"),
+    "fused_optimizer": (
+        optimizer,
+        lambda: optimizer(False),
+        lambda: optimizer(annotated=False),
+        "Optimizer.step",
+    ),
+    "amp_fp32_cube": (
+        fp32_matmul,
+        lambda: fp32_matmul("float16"),
+        lambda: fp32_matmul(device="no-such-npu"),
+        "no-such-npu",
+    ),
+    "transdata_heavy": (transdata, lambda: transdata(False), no_tasks, "no device tasks"),
+    "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
+    "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),
+    "exposed_copies": (copies, lambda: copies(False), no_tasks, "no device tasks"),
+    "small_copies": (small, lambda: small(1), no_tasks, "no device tasks"),
+    "sync_in_loop": (syncs, lambda: syncs(False), tasks_only, "no host ops"),
+    "low_utilisation": (utilisation, lambda: utilisation(False), no_tasks, "no device tasks"),
+    "memory_near_capacity": (
+        near_capacity,
+        lambda: near_capacity(False),
+        tasks_only,
+        "no memory events",
+    ),
+    "slow_dataloader": (
+        dataloader,
+        lambda: dataloader(False),
+        lambda: dataloader(False, host_time="modeled"),
+        "host time is modelled",
+    ),
+    "exposed_communication": (
+        communication,
+        lambda: communication(False),
+        lambda: communication(collectives=False),
+        "no collective",
+    ),
+    "slow_rank": (ranks, lambda: ranks(False), lambda: ranks(count=1), "one rank only"),
+}
+
+
+def test_every_rule_has_cases() -> None:
+    assert set(CASES) == set(rule_specs()) == set(engine.RULES)
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_fires(rule: str) -> None:
+    f = check(CASES[rule][0](), rule)
+    assert f.status == FIRED, f.message
+    assert f.priority in ("high", "medium", "low")
+    assert f.gain_model in ("modelled", "heuristic", None)
+    assert f.estimated_gain_us is None or f.estimated_gain_us >= 0
+    if rule != "memory_near_capacity":
+        assert f.estimated_gain_us is not None and f.estimated_gain_us > 0
+    assert "{" not in f.message and "{" not in f.advice
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_does_not_fire(rule: str) -> None:
+    f = check(CASES[rule][1](), rule)
+    assert f.status == OK, f.message
+    assert f.priority is None and f.estimated_gain_us is None
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_skipped_names_the_missing_data(rule: str) -> None:
+    f = check(CASES[rule][2](), rule)
+    assert f.status == SKIPPED, f.message
+    assert f.message.startswith("SKIPPED: ")
+    assert CASES[rule][3] in f.message
+    assert "internal error" not in f.message
+
+
+def test_priority_levels_follow_the_share_of_step() -> None:
+    spec = rule_specs()["exposed_copies"]
+    assert (spec.priority(0.05), spec.priority(0.049), spec.priority(0.03)) == (
+        "high",
+        "medium",
+        "medium",
+    )
+    assert spec.priority(0.029) == "low"
+
+
+def test_a_broken_rule_is_skipped_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(ctx, spec):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setitem(engine.RULES, "small_copies", broken)
+    f = check(small(), "small_copies")
+    assert f.status == SKIPPED and "internal error: ZeroDivisionError: boom" in f.message
+
+
+def test_fusion_gain_is_modelled_and_matches_the_recost() -> None:
+    from msprof_py.analyzers import recost
+
+    profile = conv_chain()
+    f = check(profile, "fusion_conv_bn_relu")
+    saved = recost.fusion(context.prepare(profile, 0, warmup=0))["saved_ns"].sum()
+    assert f.gain_model == "modelled"
+    assert f.estimated_gain_us == pytest.approx(saved / 1e3, abs=1e-3)
+    assert f.evidence["launches_saved_per_step"] == 2
+
+
+def test_exposed_copy_gain_moves_the_copy_under_compute() -> None:
+    from msprof_py.device import costmodel
+    from msprof_py.device.records import CopyKind
+    from msprof_py.device.spec import DeviceSpec
+
+    f = check(copies(), "exposed_copies")
+    pinned = costmodel.copy_ns(DeviceSpec.load("ascend910b"), CopyKind.H2D, 300_000)
+    assert pinned < 70_000  # fits under the step's compute: all 30 us are saved
+    assert f.estimated_gain_us == pytest.approx(30.0)
