@@ -62,8 +62,9 @@ def best_wall(command: list[str], repeats: int, cwd: Path) -> float:
 
 
 def long_run(mode: str, ops: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", LONG_RUN, mode, str(ops)], check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", LONG_RUN, mode, str(ops)], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -75,11 +76,23 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        direct = best_wall([sys.executable, str(SAMPLE), f"--steps={args.steps}"], args.repeats,
-                           work)
-        msprof = best_wall([sys.executable, "-m", "msprof_py.cli_entry", "--output=out",
-                            "--no-report", "python", str(SAMPLE), f"--steps={args.steps}"],
-                           args.repeats, work)
+        direct = best_wall(
+            [sys.executable, str(SAMPLE), f"--steps={args.steps}"], args.repeats, work
+        )
+        msprof = best_wall(
+            [
+                sys.executable,
+                "-m",
+                "msprof_py.cli_entry",
+                "--output=out",
+                "--no-report",
+                "python",
+                str(SAMPLE),
+                f"--steps={args.steps}",
+            ],
+            args.repeats,
+            work,
+        )
     print(f"python {sys.version.split()[0]}; best of {args.repeats}")
     print("| run | wall time (s) | ratio |\n|---|---:|---:|")
     print(f"| train_resnet.py --steps {args.steps}, adapter only | {direct:.2f} | 1.00 |")
@@ -90,9 +103,11 @@ def main() -> None:
     print("| | loop time (s) | peak RSS (MB) |\n|---|---:|---:|")
     print(f"| adapter only | {plain['elapsed']:.1f} | {plain['rss_mb']:.0f} |")
     print(f"| recording | {recorded['elapsed']:.1f} | {recorded['rss_mb']:.0f} |")
-    print(f"\nrecording overhead on the loop: {recorded['elapsed'] / plain['elapsed']:.2f}x; "
-          f"recorder memory: {recorded['rss_mb'] - plain['rss_mb']:.0f} MB; raw profile on "
-          f"disk: {per_million / 2**20:.0f} MiB per million tasks")
+    print(
+        f"\nrecording overhead on the loop: {recorded['elapsed'] / plain['elapsed']:.2f}x; "
+        f"recorder memory: {recorded['rss_mb'] - plain['rss_mb']:.0f} MB; raw profile on "
+        f"disk: {per_million / 2**20:.0f} MiB per million tasks"
+    )
 
 
 if __name__ == "__main__":
