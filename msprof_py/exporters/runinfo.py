@@ -50,6 +50,10 @@ def _epoch_ns(moment: dt.datetime) -> int:
     return calendar.timegm(moment.timetuple()) * 1_000_000_000 + moment.microsecond * 1000
 
 
+#: the wall-clock origin of ``--deterministic`` runs' timestamps
+DETERMINISTIC_START = dt.datetime(2000, 1, 1)
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """Identity and time base of one rank's run (everything derived from its ``meta``)."""
@@ -75,6 +79,8 @@ class RunInfo:
         meta = profile.meta[rank]
         start = _parse_time(meta.get("start_time")) or dt.datetime(1970, 1, 1)
         end = _parse_time(meta.get("end_time")) or start
+        if meta.get("deterministic"):  # timestamps must not depend on when the run happened
+            start = end = DETERMINISTIC_START
         env = meta.get("env") or {}
         try:
             device_id = int(env.get("LOCAL_RANK", rank))

@@ -133,6 +133,31 @@ def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
     assert len(profile.steps) >= 3
 
 
+def test_sigterm_keeps_the_profile(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        TRAIN.format(steps=1_000_000).replace(
+            "optimizer.step()", "optimizer.step()\n    if step == 2: print('ready', flush=True)"
+        ),
+    )
+    child = subprocess.Popen(
+        [*MSPROF, "--output=out", "python", str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    while "ready" not in child.stdout.readline():
+        pass
+    child.send_signal(signal.SIGTERM)  # msprof forwards it to the script
+    child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.meta[0]["status"] == "terminated"
+    assert len(profile.steps) >= 3
+
+
 def test_iteration_window(tmp_path: Path) -> None:
     script = _script(tmp_path, TRAIN.format(steps=6))
     result = _msprof(
