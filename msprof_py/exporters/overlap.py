@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from msprof_py.analyzers import intervals
 from msprof_py.profile import Profile
 
 COMPUTING = "Computing"
@@ -49,40 +50,12 @@ Intervals = tuple[np.ndarray, np.ndarray]
 
 def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """Merge intervals (touching ones too); returns sorted, disjoint (starts, ends)."""
-    s = np.asarray(starts, dtype=np.int64)
-    e = np.asarray(ends, dtype=np.int64)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    if not len(s):
-        return s, e
-    order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
+    return intervals.merge(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
 
 
 def difference(a: Intervals, b: Intervals) -> Intervals:
-    """``a`` minus ``b`` for two disjoint sorted interval sets."""
-    a_s, a_e = a
-    b_s, b_e = b
-    if not len(a_s) or not len(b_s):
-        return a_s.copy(), a_e.copy()
-    pos = np.concatenate([a_s, a_e, b_s, b_e])
-    da = np.concatenate([np.ones(len(a_s)), -np.ones(len(a_e)), np.zeros(len(b_s) * 2)])
-    db = np.concatenate([np.zeros(len(a_s) * 2), np.ones(len(b_s)), -np.ones(len(b_e))])
-    order = np.argsort(pos, kind="stable")
-    pos, da, db = pos[order], da[order], db[order]
-    # coverage after all events at one position: reduce equal positions to their last cumsum
-    ca, cb = np.cumsum(da), np.cumsum(db)
-    last = np.append(pos[1:] != pos[:-1], True)
-    pos, ca, cb = pos[last], ca[last], cb[last]
-    inside = (ca > 0) & (cb <= 0)
-    seg_s, seg_e = pos[:-1][inside[:-1]], pos[1:][inside[:-1]]
-    return union(seg_s, seg_e)
+    """``a`` minus ``b`` (sorted, disjoint)."""
+    return intervals.difference(a, b)
 
 
 @dataclass(frozen=True)
