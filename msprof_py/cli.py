@@ -247,8 +247,10 @@ def devices(spec_file: str | None, as_json: bool) -> None:
 
 def _register_subcommands() -> None:
     from msprof_py.analyzers.command import analyze
+    from msprof_py.report.command import report
 
     cli.add_command(analyze)
+    cli.add_command(report)
 
 
 _register_subcommands()

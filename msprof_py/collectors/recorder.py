@@ -42,18 +42,46 @@ def _sequence_number() -> int:
 EXPLICIT_STEP_SOURCES = ("torch_npu.profiler", "msprof_py.step")
 
 
+# A training loop repeats the same shapes: their text forms are cached (bounded).
+_TEXT_CACHE_LIMIT = 65_536
+_shape_text: dict[tuple, str] = {}
+_join_text: dict[tuple, str] = {}
+_arg_text: dict[tuple, tuple[str, str]] = {}
+
+
+def _remember(cache: dict, key: tuple, value: object) -> None:
+    if len(cache) >= _TEXT_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+
+
 def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
-    return ";".join(",".join(str(d) for d in shape) for shape in shapes)
+    text = _shape_text.get(shapes)
+    if text is None:
+        text = ";".join(",".join(str(d) for d in shape) for shape in shapes)
+        _remember(_shape_text, shapes, text)
+    return text
+
+
+def _joined(names: tuple[str, ...]) -> str:
+    text = _join_text.get(names)
+    if text is None:
+        text = ";".join(names)
+        _remember(_join_text, names, text)
+    return text
 
 
 def _arg_shapes(args: tuple) -> tuple[str, str]:
-    shapes, dtypes = [], []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            shape = _size(a)  # not a.shape: an UninitializedParameter refuses it
-            shapes.append(",".join(str(d) for d in shape))
-            dtypes.append(str(a.dtype).removeprefix("torch."))
-    return ";".join(shapes), ";".join(dtypes)
+    # not a.shape: an UninitializedParameter refuses it
+    key = tuple((_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor))
+    found = _arg_text.get(key)
+    if found is None:
+        found = (
+            ";".join(",".join(str(d) for d in shape) for shape, _ in key),
+            ";".join(str(dtype).removeprefix("torch.") for _, dtype in key),
+        )
+        _remember(_arg_text, key, found)
+    return found
 
 
 class Recorder:
@@ -86,6 +114,8 @@ class Recorder:
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
         self.finished = not self.recording and iteration == 0
         self.tasks_recorded = 0
+        #: called once when the iteration window is over (the session detaches the recorder)
+        self.on_finished: Callable[[], None] | None = None
 
     # ---- the step window ----------------------------------------------------------------
 
@@ -107,6 +137,8 @@ class Recorder:
         self.recording = self._in_window(self.step)
         if self.iteration is not None and self.step >= self.warmup + self.iteration:
             self.finished = True
+            if self.on_finished is not None:
+                self.on_finished()
 
     def step_open(self) -> bool:
         """True when work has been recorded since the last step boundary."""
@@ -234,11 +266,11 @@ class Recorder:
                 t.flops,
                 t.bytes,
                 _shapes(t.input_shapes),
-                ";".join(t.input_dtypes),
-                ";".join(t.input_formats),
+                _joined(t.input_dtypes),
+                _joined(t.input_formats),
                 _shapes(t.output_shapes),
-                ";".join(t.output_dtypes),
-                ";".join(t.output_formats),
+                _joined(t.output_dtypes),
+                _joined(t.output_formats),
                 str(attrs.get("copy_kind", "")),
                 bool(attrs.get("pinned", False)),
                 str(attrs.get("collective", "")),

@@ -57,6 +57,7 @@ class ProfileRun:
         self.application = application
         self.folder: Path | None = None
         self.rank_dirs: list[Path] = []
+        self.report: Path | None = None
         self.exit_code = 0
 
     def execute(self) -> int:
@@ -89,7 +90,19 @@ class ProfileRun:
             self._finish(rank_dir)
         if self.rank_dirs:
             self._chrome_trace()
+            if self.options.report:
+                self._report()
         return self.exit_code
+
+    def _report(self) -> None:
+        """The HTML report: ``<run folder>/report.html``."""
+        from msprof_py.report import write_report
+
+        assert self.folder is not None
+        try:
+            self.report = write_report(self.folder)
+        except Exception as exc:  # the profile is safe; say what failed
+            print(f"msprof: the HTML report failed: {exc}", file=sys.stderr)
 
     def _chrome_trace(self) -> None:
         """Every rank on one Chrome/Perfetto timeline: ``<run folder>/trace.json``."""
@@ -117,4 +130,4 @@ class ProfileRun:
         """The end-of-run summary on the terminal."""
         from msprof_py.collectors.summary import print_run_summary
 
-        print_run_summary(self.folder, self.rank_dirs, self.exit_code)
+        print_run_summary(self.folder, self.rank_dirs, self.exit_code, self.report)

@@ -158,7 +158,8 @@ class Session:
             record_memory=cfg.sys_hardware_mem,
             record_api=cfg.ascendcl,
         )
-        npu.subscribe(self._on_record)
+        self.recorder.on_finished = self._detach  # the window is over: stop paying
+        npu.subscribe(self.recorder)
         runtime.state().observer = self.recorder
         self._install_hooks()
         atexit.register(self._at_exit)
@@ -168,18 +169,10 @@ class Session:
         os.register_at_fork(after_in_child=self._disable_in_child)
         return self
 
-    def _on_record(self, record: Any) -> None:
-        recorder = self.recorder
-        if recorder is None:
-            return
-        recorder(record)
-        if recorder.finished:
-            self._detach()  # the window is over: stop paying for recording
-
     def _detach(self) -> None:
         state = runtime.STATE
         if state is not None:
-            state.npu.unsubscribe(self._on_record)
+            state.npu.unsubscribe(self.recorder)
             if state.observer is self.recorder:
                 state.observer = None
         if self.writer is not None and self.pid == os.getpid():

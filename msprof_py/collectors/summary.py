@@ -12,7 +12,11 @@ from msprof_py.profile import load
 
 
 def print_run_summary(
-    folder: Path | None, rank_dirs: list[Path], exit_code: int, console: Console | None = None
+    folder: Path | None,
+    rank_dirs: list[Path],
+    exit_code: int,
+    report: Path | None = None,
+    console: Console | None = None,
 ) -> None:
     """Where the profile is and its headline numbers."""
     console = console or Console(stderr=True)
@@ -29,6 +33,8 @@ def print_run_summary(
     console.print(
         f"  per rank: *_ascend_pt/ (msprof-analyze reads it); timeline: {folder}/trace.json"
     )
+    if report is not None:
+        console.print(f"  report: {report}")
     console.print(f"  ranks {len(profile.ranks)}   status {statuses}   exit code {exit_code}")
     console.print(
         f"  steps {s.steps}   mean step {s.mean_step_ns / 1e6:.3f} ms   device utilisation "

@@ -125,8 +125,15 @@ def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
     while "ready" not in child.stdout.readline():
         assert time.time() < deadline
     time.sleep(0.5)
-    os.killpg(child.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
-    child.communicate(timeout=120)
+    # Ctrl-C reaches the whole process group; like a user, press it again if the first one
+    # landed where Python swallows it (inside a __del__, as CPython does everywhere)
+    for _ in range(5):
+        os.killpg(child.pid, signal.SIGINT)
+        try:
+            child.communicate(timeout=20)
+            break
+        except subprocess.TimeoutExpired:
+            continue
     assert child.returncode == 130
     profile = msprof_py.load(_run_folder(tmp_path / "out"))
     assert profile.meta[0]["status"] == "interrupted"

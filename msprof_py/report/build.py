@@ -1,0 +1,710 @@
+"""Build the HTML report: plotly figures (plotly.js inlined once) rendered by a Jinja2 template.
+
+Every string that comes from the profiled program is escaped: HTML text by Jinja2 autoescape,
+hover text by :func:`html.escape` (plotly reads hover text as pseudo-HTML), and embedded JSON by
+:func:`_json` (``<``, ``>`` and ``&`` written as ``\\u`` escapes, so ``</script>`` cannot end
+the script element). This module imports no torch and no device runtime.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.offline
+from plotly.subplots import make_subplots
+from plotly.utils import PlotlyJSONEncoder
+
+from msprof_py.profile import Profile, ProfileError
+
+#: spans per timeline lane drawn one by one; above this a lane is aggregated into time bins
+MAX_SPANS_PER_LANE = 20_000
+#: memory points drawn; above this the line is down-sampled (the peak is always kept)
+MAX_MEMORY_POINTS = 20_000
+#: step boundaries drawn as lines
+MAX_STEP_LINES = 500
+TOP_N = 15
+
+
+class ReportError(Exception):
+    """The report could not be built or written."""
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _json(value: Any) -> str:
+    """JSON safe to embed in an HTML ``<script>`` element."""
+    text = json.dumps(value, cls=PlotlyJSONEncoder, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _esc(values: pd.Series) -> pd.Series:
+    return values.fillna("").astype(str).map(html.escape)
+
+
+def _us(ns: Any) -> str:
+    try:
+        v = float(ns)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(v):
+        return "-"
+    return f"{v / 1e3:,.1f} us"
+
+
+def _pct(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if math.isnan(v) else f"{v * 100:.1f}%"
+
+
+def _bytes(n: Any) -> str:
+    try:
+        v = float(n)
+    except (TypeError, ValueError):
+        return "-"
+    if math.isnan(v):
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.2f} {unit}"
+        v /= 1024
+    return f"{v} B"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float | np.floating):
+        if math.isnan(v):
+            return ""
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, dict | list):
+        return json.dumps(v, default=str)
+    return str(v)
+
+
+def _table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 50) -> dict[str, Any]:
+    """A DataFrame as plain strings for the template (which escapes them)."""
+    if df is None or len(df) == 0:
+        return {"columns": columns or [], "rows": [], "more": 0}
+    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
+    part = df[cols].head(limit)
+    rows = [[_cell(v) for v in row] for row in part.itertuples(index=False, name=None)]
+    return {"columns": cols, "rows": rows, "more": max(0, len(df) - limit)}
+
+
+def _fig(fig: go.Figure) -> str:
+    return _json(fig.to_plotly_json())
+
+
+# ---------------------------------------------------------------- timeline
+
+
+def _task_hover(t: pd.DataFrame) -> pd.Series:
+    dur = (t["end_ns"] - t["start_ns"]) / 1e3
+    return (
+        "<b>"
+        + _esc(t["name"])
+        + "</b> ("
+        + _esc(t["op_type"])
+        + ")<br>unit: "
+        + _esc(t["task_type"])
+        + "<br>in: "
+        + _esc(t["input_shapes"])
+        + " | "
+        + _esc(t["input_dtypes"])
+        + " | "
+        + _esc(t["input_formats"])
+        + "<br>out: "
+        + _esc(t["output_shapes"])
+        + " | "
+        + _esc(t["output_dtypes"])
+        + " | "
+        + _esc(t["output_formats"])
+        + "<br>FLOPs: "
+        + t["flops"].map(lambda v: f"{v:,.0f}")
+        + "  bytes: "
+        + t["bytes"].map(lambda v: f"{v:,}")
+        + "<br>duration: "
+        + dur.map(lambda v: f"{v:,.3f}")
+        + " us"
+    )
+
+
+def _host_hover(h: pd.DataFrame) -> pd.Series:
+    dur = (h["end_ns"] - h["start_ns"]) / 1e3
+    return (
+        "<b>"
+        + _esc(h["name"])
+        + "</b> ["
+        + _esc(h["kind"])
+        + "]<br>module: "
+        + _esc(h["module"])
+        + "<br>in: "
+        + _esc(h["input_shapes"])
+        + " | "
+        + _esc(h["input_dtypes"])
+        + "<br>duration: "
+        + dur.map(lambda v: f"{v:,.3f}")
+        + " us"
+    )
+
+
+def _aggregate(
+    start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Spans merged into ``bins`` time bins: (bin start, bin end, hover text)."""
+    lo, hi = int(start.min()), int(end.max())
+    width = max(1, math.ceil((hi - lo + 1) / bins))
+    idx = (start - lo) // width
+    df = pd.DataFrame({"b": idx, "s": start, "e": end, "d": end - start, "n": names})
+    g = df.groupby("b", sort=True)
+    agg = g.agg(s=("s", "min"), e=("e", "max"), d=("d", "sum"), c=("s", "size"))
+    top = df.groupby(["b", "n"], sort=False)["d"].sum().reset_index()
+    top = top.sort_values("d", ascending=False).drop_duplicates("b").set_index("b")["n"]
+    text = [
+        f"<b>{c:,} spans aggregated</b><br>busy: {d / 1e3:,.1f} us"
+        f"<br>most time: {html.escape(str(top.get(b, '')))}"
+        for b, c, d in zip(agg.index, agg["c"], agg["d"], strict=True)
+    ]
+    return agg["s"].to_numpy(), agg["e"].to_numpy(), text
+
+
+def _lane_traces(
+    fig: go.Figure,
+    lane: str,
+    start: np.ndarray,
+    end: np.ndarray,
+    hover: Any,
+    names: np.ndarray,
+    origin: int,
+    color: str,
+    notes: list[str],
+) -> None:
+    n = len(start)
+    if n == 0:
+        return
+    if n > MAX_SPANS_PER_LANE:
+        start, end, hover = _aggregate(start, end, names, MAX_SPANS_PER_LANE // 2)
+        notes.append(
+            f"{lane}: {n:,} spans aggregated into {len(start):,} time bins "
+            f"(at most {MAX_SPANS_PER_LANE:,} spans per lane are drawn one by one)"
+        )
+    s = (start - origin) / 1e3
+    e = (end - origin) / 1e3
+    xs = np.empty(len(s) * 3)
+    xs[0::3], xs[1::3], xs[2::3] = s, e, np.nan
+    ys = np.array([lane, lane, None] * len(s), dtype=object)
+    fig.add_trace(
+        go.Scattergl(
+            x=xs,
+            y=ys,
+            mode="lines",
+            line={"width": 14, "color": color},
+            hoverinfo="skip",
+            showlegend=False,
+            name=lane,
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scattergl(
+            x=(s + e) / 2,
+            y=[lane] * len(s),
+            mode="markers",
+            marker={"size": 6, "color": color, "opacity": 0.35},
+            hovertext=list(hover),
+            hoverinfo="text",
+            showlegend=False,
+            name=lane,
+        ),
+        row=1,
+        col=1,
+    )
+
+
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
+
+
+def timeline(profile: Profile) -> tuple[go.Figure, list[str], list[str]]:
+    """The timeline figure, its lane names (top to bottom) and notes about aggregation."""
+    tasks, host, mem, steps = profile.tasks, profile.host_events, profile.memory, profile.steps
+    notes: list[str] = []
+    starts = [df["start_ns"].min() for df in (tasks, host) if len(df)]
+    origin = int(min(starts)) if starts else 0
+    multi = len(profile.ranks) > 1
+    fig = make_subplots(
+        rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04
+    )
+    lanes: list[str] = []
+    for r in profile.ranks:
+        prefix = f"rank {r} " if multi else ""
+        h = host[(host["rank"] == r) & host["kind"].isin(["op", "sync", "python", "annotation"])]
+        lane = f"{prefix}host"
+        lanes.append(lane)
+        _lane_traces(
+            fig,
+            lane,
+            h["start_ns"].to_numpy(),
+            h["end_ns"].to_numpy(),
+            _host_hover(h) if len(h) <= MAX_SPANS_PER_LANE else None,
+            h["name"].to_numpy(),
+            origin,
+            "#7f7f7f",
+            notes,
+        )
+        t = tasks[tasks["rank"] == r]
+        for i, (sid, ts) in enumerate(t.groupby("stream_id", sort=True)):
+            lane = f"{prefix}stream {sid}"
+            lanes.append(lane)
+            _lane_traces(
+                fig,
+                lane,
+                ts["start_ns"].to_numpy(),
+                ts["end_ns"].to_numpy(),
+                _task_hover(ts) if len(ts) <= MAX_SPANS_PER_LANE else None,
+                ts["name"].to_numpy(),
+                origin,
+                _COLORS[i % len(_COLORS)],
+                notes,
+            )
+    # step boundaries
+    bounds = sorted(set(steps["start_ns"].tolist()) | set(steps["end_ns"].tolist()))
+    if len(bounds) > MAX_STEP_LINES:
+        notes.append(f"{len(bounds):,} step boundaries: only the first {MAX_STEP_LINES} drawn")
+        bounds = bounds[:MAX_STEP_LINES]
+    for b in bounds:
+        fig.add_vline(
+            x=(b - origin) / 1e3, line={"width": 1, "dash": "dot", "color": "#444"}, opacity=0.6
+        )
+    for row in steps.itertuples(index=False):
+        if len(steps) > 50:
+            break
+        fig.add_annotation(
+            x=((row.start_ns + row.end_ns) / 2 - origin) / 1e3,
+            y=1.0,
+            yref="paper",
+            text=f"step {row.step}",
+            showarrow=False,
+            font={"size": 10},
+            yanchor="bottom",
+        )
+    # memory
+    for r in profile.ranks:
+        m = mem[mem["rank"] == r].sort_values("time_ns")
+        if m.empty:
+            continue
+        if len(m) > MAX_MEMORY_POINTS:
+            k = math.ceil(len(m) / MAX_MEMORY_POINTS)
+            keep = np.zeros(len(m), dtype=bool)
+            keep[::k] = True
+            keep[int(np.argmax(m["reserved"].to_numpy()))] = True
+            keep[int(np.argmax(m["allocated"].to_numpy()))] = True
+            notes.append(f"memory (rank {r}): {len(m):,} events down-sampled to {keep.sum():,}")
+            m = m[keep]
+        x = (m["time_ns"].to_numpy() - origin) / 1e3
+        for col, dash in (("allocated", None), ("reserved", "dot")):
+            fig.add_trace(
+                go.Scattergl(
+                    x=x,
+                    y=m[col].to_numpy() / 2**20,
+                    mode="lines",
+                    line={"shape": "hv", "dash": dash},
+                    name=(f"rank {r} " if multi else "") + f"{col} MiB",
+                    hovertemplate="%{y:.2f} MiB at %{x:.1f} us<extra>" + col + "</extra>",
+                ),
+                row=2,
+                col=1,
+            )
+    fig.update_yaxes(
+        categoryorder="array", categoryarray=list(reversed(lanes)), type="category", row=1, col=1
+    )
+    fig.update_yaxes(title_text="MiB", row=2, col=1)
+    fig.update_xaxes(title_text="time (us from the first event)", row=2, col=1)
+    fig.update_layout(
+        height=260 + 45 * len(lanes),
+        margin={"l": 90, "r": 20, "t": 30, "b": 40},
+        hovermode="closest",
+        dragmode="zoom",
+        legend={"orientation": "h", "y": -0.15},
+    )
+    return fig, lanes, notes
+
+
+# ---------------------------------------------------------------- other figures
+
+
+def _top_ops(a: Any) -> go.Figure:
+    df = a.top_ops["by_name"].head(TOP_N)
+    labels = (
+        df["name"].astype(str).map(html.escape)
+        + " ["
+        + df["input_shapes"].astype(str).map(html.escape)
+        + "]"
+    ).str.slice(0, 80)
+    if "rank" in df and df["rank"].nunique() > 1:
+        labels = "r" + df["rank"].astype(str) + " " + labels
+    fig = go.Figure(
+        go.Bar(
+            x=df["total_ns"] / 1e3,
+            y=labels,
+            orientation="h",
+            hovertemplate="%{y}<br>%{x:,.1f} us<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        height=120 + 24 * len(df),
+        yaxis={"autorange": "reversed", "automargin": True},
+        xaxis_title="total device time (us)",
+        margin={"t": 20, "b": 40},
+    )
+    return fig
+
+
+def _steps(a: Any) -> go.Figure:
+    s = a.step_breakdown["steps"]
+    multi = "rank" in s and s["rank"].nunique() > 1
+    x = [
+        f"r{r} s{st}" if multi else f"step {st}" for r, st in zip(s["rank"], s["step"], strict=True)
+    ]
+    fig = go.Figure()
+    for col, name in (
+        ("computing_ns", "computing"),
+        ("comm_not_overlapped_ns", "communication (not overlapped)"),
+        ("free_ns", "free (device idle)"),
+    ):
+        fig.add_trace(go.Bar(x=x, y=s[col] / 1e3, name=name))
+    for col in ("idle_data_loading_ns", "idle_sync_ns", "idle_dispatch_ns", "idle_other_ns"):
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=s[col] / 1e3,
+                name=col.removesuffix("_ns").replace("_", " "),
+                visible="legendonly",
+            )
+        )
+    fig.update_layout(barmode="stack", yaxis_title="us", height=380, margin={"t": 20, "b": 40})
+    return fig
+
+
+def _roofline(a: Any, device: str | None) -> tuple[go.Figure | None, str]:
+    ops = a.compute_density["ops"]
+    ops = ops[(ops["flops"] > 0) & (ops["intensity"] > 0)] if len(ops) else ops
+    note = ""
+    spec = None
+    try:
+        from msprof_py.device.spec import DeviceSpec
+
+        spec = DeviceSpec.load(device)
+    except Exception as exc:
+        note = f"device roofs unavailable: {exc}"
+    fig = go.Figure()
+    if len(ops):
+        hover = (
+            "<b>"
+            + _esc(ops["name"])
+            + "</b> ("
+            + _esc(ops["op_type"])
+            + ", "
+            + _esc(ops["task_type"])
+            + ")<br>"
+            + _esc(ops["input_shapes"])
+            + " | "
+            + _esc(ops["input_dtypes"])
+            + "<br>bound: "
+            + _esc(ops["bound"])
+        )
+        size = np.clip(np.sqrt(ops["total_ns"].to_numpy(dtype=float) / 1e3) * 2, 5, 40)
+        fig.add_trace(
+            go.Scatter(
+                x=ops["intensity"],
+                y=ops["achieved_tflops"],
+                mode="markers",
+                marker={"size": size, "opacity": 0.7},
+                text=hover,
+                hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>",
+                name="kernels",
+            )
+        )
+    if spec is not None:
+        bw = float(spec.memory.effective_bandwidth)
+        xs = np.logspace(-3, 4, 200)
+        roofs = []
+        for label, fn, dtype in (
+            ("cube fp16", spec.cube_peak_flops, "float16"),
+            ("cube fp32", spec.cube_peak_flops, "float32"),
+            ("vector fp32", spec.vector_peak_ops, "float32"),
+        ):
+            try:
+                roofs.append((label, float(fn(dtype))))
+            except Exception:
+                continue
+        for label, peak in roofs:
+            fig.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=np.minimum(peak, bw * xs) / 1e12,
+                    mode="lines",
+                    name=f"{label} roof ({peak / 1e12:.1f} TFLOP/s)",
+                    line={"dash": "dash"},
+                )
+            )
+        note = note or f"HBM roof: {bw / 1e12:.2f} TB/s achievable"
+    if not len(ops) and spec is None:
+        return None, note or "no kernels with FLOPs"
+    fig.update_layout(
+        xaxis={"type": "log", "title": "arithmetic intensity (FLOP/byte)"},
+        yaxis={"type": "log", "title": "achieved TFLOP/s"},
+        height=450,
+        margin={"t": 20, "b": 40},
+    )
+    return fig, note
+
+
+def _memory(profile: Profile, a: Any) -> go.Figure | None:
+    tl = a.memory["timeline"]
+    if tl is None or len(tl) == 0:
+        return None
+    starts = [df["start_ns"].min() for df in (profile.tasks, profile.host_events) if len(df)]
+    origin = int(min(starts)) if starts else 0
+    fig = go.Figure()
+    for r, m in tl.groupby("rank", sort=True):
+        m = m.sort_values("time_ns")
+        if len(m) > MAX_MEMORY_POINTS:
+            k = math.ceil(len(m) / MAX_MEMORY_POINTS)
+            keep = np.zeros(len(m), dtype=bool)
+            keep[::k] = True
+            keep[int(np.argmax(m["reserved"].to_numpy()))] = True
+            keep[int(np.argmax(m["allocated"].to_numpy()))] = True
+            m = m[keep]
+        x = (m["time_ns"].to_numpy() - origin) / 1e3
+        for col in ("allocated", "reserved"):
+            fig.add_trace(
+                go.Scattergl(
+                    x=x,
+                    y=m[col].to_numpy() / 2**20,
+                    mode="lines",
+                    line={"shape": "hv"},
+                    name=f"rank {r} {col}",
+                )
+            )
+        i = int(np.argmax(m["reserved"].to_numpy()))
+        peak = float(m["reserved"].iloc[i])
+        fig.add_trace(
+            go.Scatter(
+                x=[x[i]],
+                y=[peak / 2**20],
+                mode="markers+text",
+                marker={"size": 12, "symbol": "star", "color": "red"},
+                text=[f"peak {_bytes(peak)}"],
+                textposition="top center",
+                name=f"rank {r} peak reserved",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="time (us from the first event)",
+        yaxis_title="MiB",
+        height=360,
+        margin={"t": 20, "b": 40},
+    )
+    return fig
+
+
+def _ranks(profile: Profile, a: Any) -> dict[str, Any] | None:
+    if len(profile.ranks) < 2:
+        return None
+    s = a.step_breakdown["steps"]
+    g = s.groupby("rank").agg(
+        steps=("step", "size"),
+        mean_step_ns=("step_ns", "mean"),
+        computing_ns=("computing_ns", "mean"),
+        comm_not_overlapped_ns=("comm_not_overlapped_ns", "mean"),
+        free_ns=("free_ns", "mean"),
+        utilisation=("utilisation", "mean"),
+    )
+    copy = pd.DataFrame(a.copy["summary"])
+    mem = pd.DataFrame(a.memory["summary"])
+    if len(copy):
+        g = g.join(copy.set_index("rank")[["copy_ratio"]], how="left")
+    if len(mem):
+        g = g.join(mem.set_index("rank")[["peak_reserved"]], how="left")
+    g = g.reset_index()
+    fig = go.Figure()
+    for col, name in (
+        ("computing_ns", "computing"),
+        ("comm_not_overlapped_ns", "communication (not overlapped)"),
+        ("free_ns", "free"),
+    ):
+        fig.add_trace(go.Bar(x=[f"rank {r}" for r in g["rank"]], y=g[col] / 1e3, name=name))
+    fig.update_layout(barmode="stack", yaxis_title="mean us per step", height=360)
+    return {
+        "figure": _fig(fig),
+        "table": _table(g),
+        "comm": _table(a.communication.get("ranks")),
+        "slow": a.communication.get("slow_rank"),
+    }
+
+
+# ---------------------------------------------------------------- document
+
+
+def _header(profile: Profile, a: Any) -> dict[str, Any]:
+    from msprof_py.analyzers.schema import headline
+
+    rank = a.profile.get("focus_rank", profile.ranks[0])
+    meta = profile.meta.get(rank, {})
+    head = headline(a)
+    figures = {
+        "step time (mean)": _us(a.profile.get("mean_step_ns")),
+        "device utilisation": _pct(head.get("utilisation")),
+        "copy ratio": _pct(head.get("copy_ratio")),
+        "cube utilisation": _pct(head.get("cube_utilisation")),
+        "vector utilisation": _pct(head.get("vector_utilisation")),
+        "peak memory (reserved)": _bytes(head.get("peak_reserved_bytes")),
+        "findings fired": str(head.get("findings_fired")),
+        "estimated gain": f"{head.get('estimated_gain_us') or 0:,.1f} us/step",
+    }
+    classes = a.compute_density.get("classes")
+    density = []
+    if classes is not None and len(classes):
+        mine = classes[classes["rank"] == rank] if "rank" in classes else classes
+        density = [
+            f"{b}: {_pct(s)}" for b, s in zip(mine["bound"], mine["share_of_step"], strict=True)
+        ]
+    steps = profile.steps
+    return {
+        "command": str(meta.get("command", "")),
+        "device": str(meta.get("device", "")),
+        "soc": str(meta.get("soc_version", "")),
+        "key_figures": {str(k): str(v) for k, v in (meta.get("key_figures") or {}).items()},
+        "numerics": str(meta.get("numerics", "")),
+        "host_time": str(meta.get("host_time", "")),
+        "status": ", ".join(f"rank {r}: {m.get('status', '?')}" for r, m in profile.meta.items()),
+        "ranks": profile.ranks,
+        "steps_total": int(steps["step"].nunique()) if len(steps) else 0,
+        "steps_analysed": a.profile.get("steps_analysed"),
+        "warmup_skipped": a.profile.get("warmup_skipped"),
+        "start_time": str(meta.get("start_time", "")),
+        "path": str(profile.path),
+        "figures": figures,
+        "density": density,
+        "focus_rank": rank,
+    }
+
+
+def _findings(a: Any) -> list[dict[str, Any]]:
+    out = []
+    for f in a.fired():
+        d = f.to_dict()
+        gain = d.get("estimated_gain_us")
+        out.append(
+            {
+                "priority": d.get("priority") or "-",
+                "title": d.get("title", ""),
+                "rule": d.get("rule", ""),
+                "area": d.get("area", ""),
+                "message": d.get("message", ""),
+                "advice": d.get("advice", ""),
+                "evidence": json.dumps(d.get("evidence"), indent=2, default=str),
+                "gain": "-" if gain is None else f"{gain:,.1f} us/step",
+                "gain_model": d.get("gain_model") or "",
+                "gain_basis": d.get("gain_basis") or "",
+                "rank": d.get("rank"),
+            }
+        )
+    return out
+
+
+def _environment() -> jinja2.Environment:
+    loader = jinja2.PackageLoader("msprof_py", "report_templates")
+    return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def build_html(profile: Profile, analysis: Any | None = None) -> str:
+    """The report of ``profile`` as one self-contained HTML document."""
+    from msprof_py.analyzers import analyze
+
+    a = analysis if analysis is not None else analyze(profile)
+    rank = a.profile.get("focus_rank", profile.ranks[0])
+    device = profile.meta.get(rank, {}).get("device")
+    tl, lanes, notes = timeline(profile)
+    roof, roof_note = _roofline(a, device)
+    mem = _memory(profile, a)
+    copy = a.copy
+    context = {
+        "header": _header(profile, a),
+        "plotlyjs": plotly.offline.get_plotlyjs(),
+        "figures": {
+            "timeline": _fig(tl),
+            "top_ops": _fig(_top_ops(a)),
+            "steps": _fig(_steps(a)),
+            "roofline": _fig(roof) if roof is not None else None,
+            "memory": _fig(mem) if mem is not None else None,
+        },
+        "lanes": lanes,
+        "lanes_json": _json(lanes),
+        "timeline_notes": notes,
+        "roof_note": roof_note,
+        "top_by_name": _table(a.top_ops["by_name"], limit=TOP_N * 2),
+        "top_by_type": _table(a.top_ops["by_type"], limit=TOP_N * 2),
+        "op_statistic": _table(a.op_statistic, limit=40),
+        "steps_table": _table(a.step_breakdown["steps"]),
+        "idle": _table(a.step_breakdown.get("idle")),
+        "gaps": _table(a.step_breakdown.get("gaps"), limit=20),
+        "copy_summary": _table(pd.DataFrame(copy.get("summary") or [])),
+        "copy_direction": _table(copy.get("by_direction")),
+        "density_ops": _table(a.compute_density["ops"], limit=30),
+        "memory_summary": _table(pd.DataFrame(a.memory.get("summary") or [])),
+        "memory_steps": _table(a.memory.get("steps")),
+        "findings": _findings(a),
+        "ranks": _ranks(profile, a),
+    }
+    return _environment().get_template("report.html.j2").render(**context)
+
+
+def _free_name(path: Path) -> Path:
+    if not path.exists():
+        return path
+    for i in range(1, 10_000):
+        candidate = path.with_name(f"{path.stem}-{i}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    raise ReportError(f"{path}: no free file name next to it")
+
+
+def write_report(path_or_profile: Profile | str | Path, out_file: str | Path | None = None) -> Path:
+    """Write the HTML report; returns the file written (never overwrites: ``report-1.html``)."""
+    if isinstance(path_or_profile, Profile):
+        profile = path_or_profile
+    else:
+        from msprof_py.analyzers.api import resolve
+
+        profile = resolve(path_or_profile)
+    if not profile.ranks:
+        raise ProfileError(f"{profile.path}: the profile has no ranks")
+    text = build_html(profile)
+    target = Path(out_file) if out_file is not None else Path(profile.path) / "report.html"
+    if target.is_dir():
+        target = target / "report.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        target = _free_name(target)
+        try:
+            with target.open("x", encoding="utf-8") as fh:
+                fh.write(text)
+        except FileExistsError:
+            continue
+        return target
+    raise ReportError(f"{target}: could not create a new file")

@@ -1,0 +1,222 @@
+"""The HTML report: self-contained, every section, timeline lanes, escaping, browser smoke."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from msprof_py.profile import TABLES, Profile, load
+from msprof_py.report import write_report
+from msprof_py.report.command import report
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = [
+    "header",
+    "timeline",
+    "top-ops",
+    "steps",
+    "copy",
+    "roofline",
+    "memory",
+    "recommendations",
+]
+HOSTILE = "<script>alert(1)</script>"
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("profile")
+    cmd = [sys.executable, "-m", "msprof_py.cli_entry", f"--output={out}", "--no-report"]
+    cmd += ["python", "sample_runs/train_resnet.py", "--steps", "3"]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    (run,) = sorted(out.glob("msprof_*"))
+    return run
+
+
+@pytest.fixture(scope="module")
+def report_file(run_dir: Path) -> Path:
+    return write_report(run_dir)
+
+
+def _remote_refs(text: str) -> list[str]:
+    return re.findall(r"<(?:script|link|img|iframe)\b[^>]*(?:src|href)\s*=\s*[\"']?https?://", text)
+
+
+def test_default_location_and_no_overwrite(run_dir: Path, report_file: Path) -> None:
+    assert report_file == run_dir / "report.html"
+    second = write_report(run_dir)
+    assert second == run_dir / "report-1.html"
+    assert report_file.read_text() != "" and second.exists()
+    second.unlink()
+
+
+def test_self_contained(report_file: Path) -> None:
+    text = report_file.read_text(encoding="utf-8")
+    assert _remote_refs(text) == []
+    assert text.count("* plotly.js v") == 1
+    assert text.count("Plotly.newPlot(") == 1
+
+
+def test_sections_present(report_file: Path) -> None:
+    text = report_file.read_text(encoding="utf-8")
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in text, section
+    for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
+        assert f'id="{fig}-data"' in text, fig
+    assert "python sample_runs/train_resnet.py --steps 3" in text
+    assert "ascend910b" in text
+
+
+def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
+    text = report_file.read_text(encoding="utf-8")
+    m = re.search(r'id="timeline-lanes">(.*?)</script>', text, re.S)
+    assert m
+    lanes = json.loads(m.group(1))
+    streams = sorted(load(run_dir).tasks["stream_id"].unique())
+    assert lanes == ["host"] + [f"stream {s}" for s in streams]
+    fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
+    drawn = {y for t in fig["data"] if t.get("type") == "scattergl" for y in t.get("y", []) or []}
+    assert set(lanes) <= drawn
+
+
+def _hostile_profile(path: Path) -> Profile:
+    def frame(name: str, rows: list[dict]) -> pd.DataFrame:
+        cols = TABLES[name].names
+        df = pd.DataFrame(rows, columns=cols)
+        df.insert(0, "rank", 0)
+        return df
+
+    task = {c: "" for c in TABLES["tasks"].names}
+    task.update(
+        task_id=0,
+        stream_id=0,
+        kind="kernel",
+        task_type="AI_VECTOR_CORE",
+        name=HOSTILE,
+        op_type="Add\"'><img src=x>",
+        block_dim=1,
+        launch_ns=100,
+        start_ns=200,
+        end_ns=1200,
+        wait_ns=0,
+        flops=1000.0,
+        bytes=4000,
+        input_shapes="8;8",
+        input_dtypes="float32;float32",
+        input_formats="ND;ND",
+        output_shapes="8",
+        output_dtypes="float32",
+        output_formats="ND",
+        pinned=False,
+        world_size=0,
+        host_op_id=0,
+        step=0,
+    )
+    host = {
+        "event_id": 0,
+        "kind": "op",
+        "name": HOSTILE,
+        "start_ns": 0,
+        "end_ns": 150,
+        "thread": 1,
+        "stream_id": -1,
+        "task_id": -1,
+        "parent_id": -1,
+        "step": 0,
+        "input_shapes": "8;8",
+        "input_dtypes": "float32;float32",
+        "module": "M/</script><b>x",
+        "sequence": -1,
+    }
+    mem = {
+        "time_ns": 50,
+        "action": "malloc",
+        "address": 1,
+        "size": 512,
+        "allocated": 512,
+        "reserved": 2048,
+        "active": 512,
+        "stream_id": 0,
+        "tag": HOSTILE,
+        "step": 0,
+    }
+    steps = {"step": 0, "start_ns": 0, "end_ns": 1500, "source": "optimizer"}
+    tables = {
+        "tasks": frame("tasks", [task]),
+        "host_events": frame("host_events", [host]),
+        "memory": frame("memory", [mem]),
+        "steps": frame("steps", [steps]),
+    }
+    meta = {
+        0: {
+            "command": f"python \"evil.py\" --name='{HOSTILE}'",
+            "device": "ascend910b",
+            "numerics": "cpu",
+            "host_time": "modeled",
+            "status": "completed",
+            "rank": 0,
+            "world_size": 1,
+        }
+    }
+    return Profile(path, meta, tables)
+
+
+def test_hostile_names_escaped(tmp_path: Path) -> None:
+    out = write_report(_hostile_profile(tmp_path), tmp_path / "r.html")
+    text = out.read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in text
+    assert "<img src=x>" not in text
+    assert "</script><b>x" not in text
+    assert "&lt;script&gt;alert(1)" in text
+    assert "&#34;evil.py&#34;" in text or "&quot;evil.py&quot;" in text
+
+
+def test_command(run_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "out.html"
+    res = CliRunner().invoke(report, [str(run_dir), "-o", str(target)])
+    assert res.exit_code == 0, res.output
+    assert target.exists()
+    res = CliRunner().invoke(report, [str(run_dir), "-o", str(target)])
+    assert res.exit_code == 0 and (tmp_path / "out-1.html").exists()
+    res = CliRunner().invoke(report, [str(tmp_path / "missing")])
+    assert res.exit_code == 2
+    assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt: chromium)")
+def test_browser(report_file: Path, tmp_path: Path) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright missing")
+    errors: list[str] = []
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    args.append("--disable-background-networking")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.route(
+                "**/*",
+                lambda route: (
+                    route.continue_() if route.request.url.startswith("file://") else route.abort()
+                ),
+            )
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(report_file.as_uri())
+            page.wait_for_selector("#fig-timeline .main-svg", timeout=20_000)
+            for section in SECTIONS:
+                assert page.locator(f"section#{section}").is_visible(), section
+            for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
+                assert page.locator(f"#{fig} .main-svg").count() > 0, fig
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
+        finally:
+            browser.close()
+    assert errors == []
+    assert (tmp_path / "report.png").stat().st_size > 0
