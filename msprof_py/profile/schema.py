@@ -131,3 +131,22 @@ STEPS = Table(
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS)}
+
+
+def default_row(table: str) -> dict[str, object]:
+    """A row of ``table`` with every column at its neutral value: ids (``*_id`` but
+    ``stream_id``), ``step`` and ``sequence`` at -1, other numbers 0, strings empty, flags
+    False. For building profiles by hand (tests, tools): override what matters."""
+    row: dict[str, object] = {}
+    for column in TABLES[table].columns:
+        name, kind = column.name, column.type
+        if pa.types.is_integer(kind):
+            none = name in ("step", "sequence") or (name.endswith("_id") and name != "stream_id")
+            row[name] = NO_ID if none else 0
+        elif pa.types.is_floating(kind):
+            row[name] = 0.0
+        elif pa.types.is_boolean(kind):
+            row[name] = False
+        else:
+            row[name] = ""
+    return row

@@ -8,64 +8,25 @@ from typing import Any
 import pandas as pd
 
 from msprof_py.profile import Profile
-from msprof_py.profile.schema import TABLES
+from msprof_py.profile.schema import TABLES, default_row
 
-_TASK = {
+_TASK = default_row("tasks") | {
     "task_id": 0,
-    "stream_id": 0,
     "kind": "kernel",
     "task_type": "AI_VECTOR_CORE",
     "name": "aten::add",
     "op_type": "Add",
     "block_dim": 1,
-    "launch_ns": 0,
-    "start_ns": 0,
-    "end_ns": 0,
-    "wait_ns": 0,
-    "flops": 0.0,
-    "bytes": 0,
-    "input_shapes": "",
-    "input_dtypes": "",
-    "input_formats": "",
-    "output_shapes": "",
-    "output_dtypes": "",
-    "output_formats": "",
-    "copy_kind": "",
-    "pinned": False,
-    "collective": "",
-    "algorithm": "",
-    "world_size": 0,
-    "host_op_id": -1,
     "step": 0,
 }
-_HOST = {
+_HOST = default_row("host_events") | {
     "event_id": 0,
     "kind": "op",
-    "name": "",
-    "start_ns": 0,
-    "end_ns": 0,
     "thread": 1,
     "stream_id": -1,
-    "task_id": -1,
-    "parent_id": -1,
-    "step": 0,
-    "input_shapes": "",
-    "input_dtypes": "",
-    "module": "",
-    "sequence": -1,
-}
-_MEMORY = {
-    "time_ns": 0,
-    "action": "malloc",
-    "address": 0,
-    "size": 0,
-    "allocated": 0,
-    "reserved": 0,
-    "active": 0,
-    "stream_id": 0,
-    "tag": "",
     "step": 0,
 }
+_MEMORY = default_row("memory") | {"action": "malloc", "step": 0}
 
 
 class Builder:

@@ -9,49 +9,28 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.profile import Profile
-from msprof_py.profile.schema import NO_ID, TABLES
+from msprof_py.profile.schema import TABLES, default_row
 
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "tasks": {
-        "stream_id": 0,
+    "tasks": default_row("tasks")
+    | {
         "kind": "kernel",
         "task_type": "AI_CORE",
         "name": "aten::mm",
         "op_type": "MatMul",
         "block_dim": 24,
-        "launch_ns": 0,
-        "wait_ns": 0,
-        "flops": 0.0,
-        "bytes": 0,
-        "input_shapes": "",
-        "input_dtypes": "",
-        "input_formats": "",
-        "output_shapes": "",
-        "output_dtypes": "",
-        "output_formats": "",
-        "copy_kind": "",
-        "pinned": False,
-        "collective": "",
-        "algorithm": "",
-        "world_size": 0,
-        "host_op_id": NO_ID,
-        "step": NO_ID,
     },
-    "host_events": {
-        "kind": "op",
-        "thread": 1,
-        "stream_id": -1,
-        "task_id": NO_ID,
-        "parent_id": NO_ID,
-        "step": NO_ID,
-        "input_shapes": "",
-        "input_dtypes": "",
-        "module": "",
-        "sequence": NO_ID,
-    },
-    "memory": {"stream_id": 0, "tag": "", "step": NO_ID, "active": 0},
+    "host_events": default_row("host_events") | {"kind": "op", "thread": 1, "stream_id": -1},
+    "memory": default_row("memory"),
     "steps": {"source": "optimizer"},
 }
+for _table, _required in (
+    ("tasks", ("task_id", "start_ns", "end_ns")),
+    ("host_events", ("event_id", "name", "start_ns", "end_ns")),
+    ("memory", ("time_ns", "action", "address", "size", "allocated", "reserved")),
+):
+    for _name in _required:  # a row must give these itself
+        DEFAULTS[_table].pop(_name)
 
 META = {
     "format_version": 1,
