@@ -36,3 +36,20 @@ def test_importing_device_and_acl_loads_no_torch() -> None:
     code = "import sys, msprof_py.device, msprof_py.acl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_analysis_side_uses_only_stored_profiles() -> None:
+    for layer in ("profile", "analyzers", "exporters", "report"):
+        for name in _imports(PACKAGE / layer):
+            assert not name.startswith("torch"), f"{layer} imports {name}"
+            for live in ("msprof_py.adapter", "msprof_py.collectors"):
+                assert not name.startswith(live), f"{layer} imports {name}"
+
+
+def test_msprof_analyze_starts_without_torch() -> None:
+    code = (
+        "import sys, msprof_py.cli, msprof_py.analyzers, msprof_py.report, msprof_py.exporters;"
+        " print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -7,11 +7,15 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msprof_py.collectors.launcher import LaunchError, launch
 from msprof_py.collectors.session import SessionConfig
 from msprof_py.profile.schema import META_FILE, RAW_DIR
 from msprof_py.profile.writer import write_json_atomic
+
+if TYPE_CHECKING:
+    from msprof_py.analyzers import Analysis
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class ProfileRun:
         self.folder: Path | None = None
         self.rank_dirs: list[Path] = []
         self.report: Path | None = None
+        self.analysis: Analysis | None = None
         self.exit_code = 0
 
     def execute(self) -> int:
@@ -90,19 +95,10 @@ class ProfileRun:
             self._finish(rank_dir)
         if self.rank_dirs:
             self._chrome_trace()
+            self._analyze()
             if self.options.report:
                 self._report()
         return self.exit_code
-
-    def _report(self) -> None:
-        """The HTML report: ``<run folder>/report.html``."""
-        from msprof_py.report import write_report
-
-        assert self.folder is not None
-        try:
-            self.report = write_report(self.folder)
-        except Exception as exc:  # the profile is safe; say what failed
-            print(f"msprof: the HTML report failed: {exc}", file=sys.stderr)
 
     def _chrome_trace(self) -> None:
         """Every rank on one Chrome/Perfetto timeline: ``<run folder>/trace.json``."""
@@ -111,6 +107,26 @@ class ProfileRun:
 
         assert self.folder is not None
         write_chrome_trace(load(self.folder), self.folder / "trace.json")
+
+    def _analyze(self) -> None:
+        """Analyse once: the terminal summary and the report both read this analysis."""
+        from msprof_py.analyzers import analyze
+
+        assert self.folder is not None
+        try:
+            self.analysis = analyze(self.folder)
+        except Exception as exc:  # the profile is safe; say what failed
+            print(f"msprof: analysing the profile failed: {exc}", file=sys.stderr)
+
+    def _report(self) -> None:
+        """The HTML report: ``<run folder>/report.html``."""
+        from msprof_py.report import write_report
+
+        assert self.folder is not None
+        try:
+            self.report = write_report(self.folder, analysis=self.analysis)
+        except Exception as exc:  # the profile is safe; say what failed
+            print(f"msprof: the HTML report failed: {exc}", file=sys.stderr)
 
     def _finish(self, rank_dir: Path) -> None:
         meta_path = rank_dir / RAW_DIR / META_FILE
@@ -130,4 +146,4 @@ class ProfileRun:
         """The end-of-run summary on the terminal."""
         from msprof_py.collectors.summary import print_run_summary
 
-        print_run_summary(self.folder, self.rank_dirs, self.exit_code, self.report)
+        print_run_summary(self.folder, self.rank_dirs, self.exit_code, self.analysis, self.report)

@@ -684,8 +684,15 @@ def _free_name(path: Path) -> Path:
     raise ReportError(f"{path}: no free file name next to it")
 
 
-def write_report(path_or_profile: Profile | str | Path, out_file: str | Path | None = None) -> Path:
-    """Write the HTML report; returns the file written (never overwrites: ``report-1.html``)."""
+def write_report(
+    path_or_profile: Profile | str | Path,
+    out_file: str | Path | None = None,
+    analysis: Any | None = None,
+) -> Path:
+    """Write the HTML report; returns the file written (never overwrites: ``report-1.html``).
+
+    ``analysis``: the profile's :func:`msprof_py.analyze` result, when the caller has it.
+    """
     if isinstance(path_or_profile, Profile):
         profile = path_or_profile
     else:
@@ -694,7 +701,7 @@ def write_report(path_or_profile: Profile | str | Path, out_file: str | Path | N
         profile = resolve(path_or_profile)
     if not profile.ranks:
         raise ProfileError(f"{profile.path}: the profile has no ranks")
-    text = build_html(profile)
+    text = build_html(profile, analysis)
     target = Path(out_file) if out_file is not None else Path(profile.path) / "report.html"
     if target.is_dir():
         target = target / "report.html"
