@@ -133,3 +133,21 @@ def assign(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     ok = (idx >= 0) & (points < hi[safe])
     out[ok] = idx[ok]
     return out
+
+
+def assign_first(points: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Index of the window ``[lo, hi)`` holding each point (windows sorted by ``lo``), else -1.
+
+    Where windows overlap, the earliest-starting one holding the point wins (torch_npu's
+    step_trace_time gives a section to the first step whose range holds its start).
+    """
+    points = np.asarray(points, dtype=np.int64)
+    out = np.full(points.shape, -1, dtype=np.int64)
+    if lo.size == 0 or points.size == 0:
+        return out
+    last = np.searchsorted(lo, points, side="right") - 1  # the windows starting at or before
+    # the first window whose end passes the point: first index where the running max end > p
+    first = np.searchsorted(np.maximum.accumulate(hi), points, side="right")
+    ok = (last >= 0) & (first <= last)
+    out[ok] = first[ok]
+    return out

@@ -90,29 +90,38 @@ def sections(tasks: pd.DataFrame) -> dict[str, intervals.Spans]:
     return {"computing": comp, "communication": comm, "not_overlapped": not_ov, "free": free}
 
 
-def _per_step(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
-    """Total length of the spans whose start lies in each step range."""
-    s, e = spans
-    which = intervals.assign(s, lo, hi)
-    ok = which >= 0
-    return np.bincount(which[ok], weights=(e - s)[ok], minlength=n).astype(np.int64)
+def step_sections(
+    sec: dict[str, intervals.Spans], lo: np.ndarray, hi: np.ndarray, host_start: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per step range ``[lo, hi)`` (sorted by ``lo``): the step_trace_time sums (ns).
 
-
-def _first_start(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
-    s, _ = spans
-    which = intervals.assign(s, lo, hi)
-    out = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    ok = which >= 0
-    np.minimum.at(out, which[ok], s[ok])
-    return out
-
-
-def _last_end(spans: intervals.Spans, lo: np.ndarray, hi: np.ndarray, n: int) -> np.ndarray:
-    s, e = spans
-    which = intervals.assign(s, lo, hi)
-    out = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
-    ok = which >= 0
-    np.maximum.at(out, which[ok], e[ok])
+    Each section goes to the first range holding its start. Returns ``computing``,
+    ``communication``, ``not_overlapped``, ``overlapped``, ``free``, ``stage`` (the span of the
+    step's sections) and ``preparing`` (first Computing/Communication start - ``host_start``).
+    Both ``msprof analyze`` and the step_trace_time export use it.
+    """
+    n = lo.size
+    out: dict[str, np.ndarray] = {}
+    first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    busy_first = first.copy()
+    for kind in ("computing", "communication", "not_overlapped", "free"):
+        s, e = sec[kind]
+        which = intervals.assign_first(s, lo, hi)
+        ok = which >= 0
+        out[kind] = np.bincount(which[ok], weights=(e - s)[ok], minlength=n).astype(np.int64)
+        if kind == "not_overlapped":
+            continue
+        starts = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(starts, which[ok], s[ok])
+        np.maximum.at(last, which[ok], e[ok])
+        first = np.minimum(first, starts)
+        if kind != "free":
+            busy_first = np.minimum(busy_first, starts)
+    out["overlapped"] = out["communication"] - out["not_overlapped"]
+    out["stage"] = np.where(last >= first, last - first, 0)
+    has_busy = busy_first < np.iinfo(np.int64).max
+    out["preparing"] = np.where(has_busy, busy_first - np.asarray(host_start, np.int64), 0)
     return out
 
 
@@ -256,22 +265,9 @@ def step_breakdown(data: RankData) -> pd.DataFrame:
     if cached is not None:
         return cached
     lo, hi, order = _ranges(data)
-    n = lo.size
     sec = sections(data.all_tasks)
-    comp = _per_step(sec["computing"], lo, hi, n)
-    comm = _per_step(sec["communication"], lo, hi, n)
-    not_ov = _per_step(sec["not_overlapped"], lo, hi, n)
-    free = _per_step(sec["free"], lo, hi, n)
-    every = {k: v for k, v in sec.items() if k != "not_overlapped"}
-    first = np.min([_first_start(v, lo, hi, n) for v in every.values()], axis=0)
-    last = np.max([_last_end(v, lo, hi, n) for v in every.values()], axis=0)
-    stage = np.where(last >= first, last - first, 0)
-    busy_first = np.minimum(
-        _first_start(sec["computing"], lo, hi, n), _first_start(sec["communication"], lo, hi, n)
-    )
     steps = data.steps.loc[order]
-    host_start = steps["start_ns"].to_numpy(dtype=np.int64)
-    preparing = np.where(busy_first < np.iinfo(np.int64).max, busy_first - host_start, 0)
+    sums = step_sections(sec, lo, hi, steps["start_ns"].to_numpy(dtype=np.int64))
     busy_spans = (
         np.concatenate([sec["computing"][0], sec["communication"][0]]),
         np.concatenate([sec["computing"][1], sec["communication"][1]]),
@@ -282,14 +278,14 @@ def step_breakdown(data: RankData) -> pd.DataFrame:
             "rank": data.rank,
             "step": steps["step"].to_numpy(),
             "step_ns": steps["duration_ns"].to_numpy(),
-            "computing_ns": comp,
-            "communication_ns": comm,
-            "comm_not_overlapped_ns": not_ov,
-            "overlapped_ns": comm - not_ov,
-            "free_ns": free,
-            "stage_ns": stage,
+            "computing_ns": sums["computing"],
+            "communication_ns": sums["communication"],
+            "comm_not_overlapped_ns": sums["not_overlapped"],
+            "overlapped_ns": sums["overlapped"],
+            "free_ns": sums["free"],
+            "stage_ns": sums["stage"],
             "bubble_ns": 0,
-            "preparing_ns": preparing,
+            "preparing_ns": sums["preparing"],
             "device_busy_ns": busy,
         }
     )

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprof_py.analyzers.intervals import Spans
 from msprof_py.exporters import naming
-from msprof_py.exporters.overlap import OverlapSections, overlap_sections, step_ranges
+from msprof_py.exporters.overlap import sections, step_ranges
 from msprof_py.exporters.runinfo import RunInfo
 from msprof_py.profile import Profile
 
@@ -104,9 +105,9 @@ class ExportData:
         return sync[sync["api"].notna()].reset_index(drop=True)
 
     @cached_property
-    def sections(self) -> OverlapSections:
-        """Overlap analysis of the device timeline."""
-        return overlap_sections(self.profile.tasks)
+    def sections(self) -> dict[str, Spans]:
+        """Overlap analysis of the device timeline (:func:`overlap.sections`)."""
+        return sections(self.profile.tasks)
 
     @cached_property
     def step_ranges(self) -> pd.DataFrame:

@@ -1,29 +1,19 @@
-"""Overlap analysis and the per-step time breakdown, with msprof's and torch_npu's definitions.
+"""The per-step time breakdown of ``step_trace_time.csv`` and the Overlap Analysis sections.
 
-msprof (``overlap_analysis_processor.cpp``) computes, over the whole device timeline:
-
-* **Computing**: the union of compute-op tasks (kernels: AI Core, AI Vector, MIX, AI CPU);
-* **Communication**: the union of communication ops (collectives);
-* **Communication(Not Overlapped)**: Communication minus Computing;
-* **Free**: the span from the first to the last task of any kind, minus both unions.
-
-Intervals that touch are merged; empty ones are dropped. torch_npu's ``step_trace_time.csv``
-then sums each kind per step: a section belongs to the first step whose device range holds its
-start, the device range of a step running from the first device task launched in it to the
-later of its last task's end and its host end. ``Overlapped`` = Communication - Not
-Overlapped; ``Stage`` = the step's span over all sections minus ``Bubble`` (``hcom_receive``
-time: none here, there are no point-to-point ops); ``Preparing`` = the first Computing or
-Communication section minus the step's host start. Times here are integer ns.
+The definitions (msprof's ``overlap_analysis_processor.cpp`` and torch_npu's step_trace_time)
+and their arithmetic live in :mod:`msprof_py.analyzers.timeline` (``sections``,
+``step_sections``), which ``msprof analyze`` uses too; here they are applied to every recorded
+step of a rank and laid out as the export files want them. A step's device range runs from
+the first device task launched in it to the later of its last task's end and its host end;
+without steps the whole run is one row with an empty step. Times are integer ns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import intervals
+from msprof_py.analyzers import intervals, timeline
 from msprof_py.profile import Profile
 
 COMPUTING = "Computing"
@@ -45,57 +35,26 @@ STEP_TRACE_COLUMNS = [
     "Preparing",
 ]
 
-Intervals = tuple[np.ndarray, np.ndarray]
+
+def sections(tasks: pd.DataFrame) -> dict[str, intervals.Spans]:
+    """The Computing, Communication, not-overlapped and Free sections of a rank's tasks."""
+    return timeline.sections(tasks)
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
-    """Merge intervals (touching ones too); returns sorted, disjoint (starts, ends)."""
-    return intervals.merge(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
-
-
-def difference(a: Intervals, b: Intervals) -> Intervals:
-    """``a`` minus ``b`` (sorted, disjoint)."""
-    return intervals.difference(a, b)
-
-
-@dataclass(frozen=True)
-class OverlapSections:
-    """The four kinds of sections of one device timeline (ns)."""
-
-    computing: Intervals
-    communication: Intervals
-    comm_not_overlapped: Intervals
-    free: Intervals
-
-    def frame(self) -> pd.DataFrame:
-        """All sections as rows ``kind, start_ns, end_ns``, sorted by start."""
-        parts = []
-        for kind, (s, e) in (
-            (COMPUTING, self.computing),
-            (COMMUNICATION, self.communication),
-            (COMM_NOT_OVERLAPPED, self.comm_not_overlapped),
-            (FREE, self.free),
-        ):
-            parts.append(pd.DataFrame({"kind": kind, "start_ns": s, "end_ns": e}))
-        df = pd.concat(parts, ignore_index=True)
-        return df.sort_values(["start_ns", "kind"], kind="stable").reset_index(drop=True)
-
-
-def overlap_sections(tasks: pd.DataFrame) -> OverlapSections:
-    """Overlap analysis of one rank's tasks (module docs)."""
-    start = tasks["start_ns"].to_numpy(dtype=np.int64)
-    end = tasks["end_ns"].to_numpy(dtype=np.int64)
-    kind = tasks["kind"].to_numpy(dtype=object)
-    comp = union(start[kind == "kernel"], end[kind == "kernel"])
-    comm = union(start[kind == "collective"], end[kind == "collective"])
-    not_overlapped = difference(comm, comp)
-    if len(start):
-        span = (np.array([start.min()]), np.array([end.max()]))
-        busy = union(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
-        free = difference(span, busy) if span[1][0] > span[0][0] else union(start[:0], end[:0])
-    else:
-        free = union(start, end)
-    return OverlapSections(comp, comm, not_overlapped, free)
+def sections_frame(sec: dict[str, intervals.Spans]) -> pd.DataFrame:
+    """All sections as rows ``kind, start_ns, end_ns`` (msprof's names), sorted by start."""
+    names = {
+        COMPUTING: "computing",
+        COMMUNICATION: "communication",
+        COMM_NOT_OVERLAPPED: "not_overlapped",
+        FREE: "free",
+    }
+    parts = [
+        pd.DataFrame({"kind": kind, "start_ns": sec[key][0], "end_ns": sec[key][1]})
+        for kind, key in names.items()
+    ]
+    df = pd.concat(parts, ignore_index=True)
+    return df.sort_values(["start_ns", "kind"], kind="stable").reset_index(drop=True)
 
 
 def step_ranges(profile: Profile) -> pd.DataFrame:
@@ -118,78 +77,40 @@ def step_ranges(profile: Profile) -> pd.DataFrame:
     )
 
 
-def assign_steps(starts: np.ndarray, ranges: pd.DataFrame) -> np.ndarray:
-    """Step of each section start (the first step range holding it), -1 for none."""
-    starts = np.asarray(starts, dtype=np.int64)
-    out = np.full(len(starts), -1, dtype=np.int64)
-    if ranges.empty or not len(starts):
-        return out
-    r_start = ranges["start_ns"].to_numpy(dtype=np.int64)
-    r_end = ranges["end_ns"].to_numpy(dtype=np.int64)
-    r_step = ranges["step"].to_numpy(dtype=np.int64)
-    if len(r_step) <= 64:
-        # exact "first step wins": assign the last step first, earlier ones overwrite
-        for i in range(len(r_step) - 1, -1, -1):
-            out[(starts >= r_start[i]) & (starts < r_end[i])] = r_step[i]
-        return out
-    # many steps: binary search on the range starts (ranges rarely overlap; where they do,
-    # the latest-starting range holding the point wins)
-    order = np.argsort(r_start, kind="stable")
-    idx = np.searchsorted(r_start[order], starts, side="right") - 1
-    cand = order[np.clip(idx, 0, None)]
-    ok = (idx >= 0) & (starts < r_end[cand])
-    out[ok] = r_step[cand[ok]]
-    return out
-
-
-def step_breakdown(profile: Profile, sections: OverlapSections | None = None) -> pd.DataFrame:
+def step_breakdown(profile: Profile, sec: dict[str, intervals.Spans] | None = None) -> pd.DataFrame:
     """The rows of ``step_trace_time.csv`` in ns: ``step`` (None without steps) + columns."""
-    sections = overlap_sections(profile.tasks) if sections is None else sections
-    frame = sections.frame()
-    ranges = step_ranges(profile)
+    sec = sections(profile.tasks) if sec is None else sec
+    ranges = step_ranges(profile).sort_values("start_ns", kind="stable")
     if ranges.empty:
-        frame["step"] = 0
+        every = np.concatenate([sec[k][0] for k in ("computing", "communication", "free")])
+        if not every.size:
+            return pd.DataFrame(columns=["step", *STEP_TRACE_COLUMNS])
         first_host = profile.host_events["start_ns"].min() if len(profile.host_events) else 0
-        fwk_start = {0: int(first_host) if pd.notna(first_host) else 0}
-        step_ids = [0] if len(frame) else []
+        host = int(first_host) if pd.notna(first_host) else 0
+        lo = np.array([every.min()], dtype=np.int64)
+        hi = np.array([np.iinfo(np.int64).max], dtype=np.int64)
+        host_start = np.array([host], dtype=np.int64)
+        step_ids: list[int | None] = [None]
     else:
-        frame["step"] = assign_steps(frame["start_ns"].to_numpy(), ranges)
-        frame = frame[frame["step"] >= 0]
-        fwk_start = dict(
-            zip(ranges["step"].tolist(), ranges["host_start_ns"].tolist(), strict=True)
-        )
-        step_ids = ranges["step"].tolist()
-    frame = frame.assign(dur=frame["end_ns"] - frame["start_ns"])
-    sums = frame.pivot_table(index="step", columns="kind", values="dur", aggfunc="sum")
-    span = frame.groupby("step").agg(first=("start_ns", "min"), last=("end_ns", "max"))
-    busy = frame[frame["kind"].isin([COMPUTING, COMMUNICATION])]
-    first_task = busy.groupby("step")["start_ns"].min()
-    rows = []
-    for step in step_ids:
-
-        def total(kind: str, step: int = step) -> int:
-            if step not in sums.index or kind not in sums.columns:
-                return 0
-            value = sums.at[step, kind]
-            return 0 if pd.isna(value) else int(value)
-
-        comp, comm = total(COMPUTING), total(COMMUNICATION)
-        not_ov, free = total(COMM_NOT_OVERLAPPED), total(FREE)
-        bubble = 0
-        e2e = int(span.at[step, "last"] - span.at[step, "first"]) if step in span.index else 0
-        prepare = int(first_task[step] - fwk_start[step]) if step in first_task.index else 0
-        rows.append(
-            {
-                "step": None if ranges.empty else int(step),
-                "Computing": comp,
-                "Communication(Not Overlapped)": not_ov,
-                "Overlapped": comm - not_ov,
-                "Communication": comm,
-                "Free": free,
-                "Stage": e2e - bubble,
-                "Bubble": bubble,
-                "Communication(Not Overlapped and Exclude Receive)": not_ov - bubble,
-                "Preparing": prepare,
-            }
-        )
-    return pd.DataFrame(rows, columns=["step", *STEP_TRACE_COLUMNS])
+        lo = ranges["start_ns"].to_numpy(dtype=np.int64)
+        hi = ranges["end_ns"].to_numpy(dtype=np.int64)
+        host_start = ranges["host_start_ns"].to_numpy(dtype=np.int64)
+        step_ids = [int(x) for x in ranges["step"]]
+    sums = timeline.step_sections(sec, lo, hi, host_start)
+    out = pd.DataFrame(
+        {
+            "step": pd.Series(step_ids, dtype=object),
+            "Computing": sums["computing"],
+            "Communication(Not Overlapped)": sums["not_overlapped"],
+            "Overlapped": sums["overlapped"],
+            "Communication": sums["communication"],
+            "Free": sums["free"],
+            "Stage": sums["stage"],
+            "Bubble": 0,
+            "Communication(Not Overlapped and Exclude Receive)": sums["not_overlapped"],
+            "Preparing": sums["preparing"],
+        }
+    )
+    if not ranges.empty:
+        out = out.sort_values("step", kind="stable").reset_index(drop=True)
+    return out

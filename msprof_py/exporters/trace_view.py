@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from msprof_py.exporters import naming
 from msprof_py.exporters.frames import ExportData
-from msprof_py.exporters.overlap import OVERLAP_TIDS
+from msprof_py.exporters.overlap import OVERLAP_TIDS, sections_frame
 from msprof_py.exporters.runinfo import HOST_DEVICE_ID, NO_MODEL_ID
 from msprof_py.exporters.trace_events import (
     ArrayWriter,
@@ -415,7 +415,7 @@ def communication_events(data: ExportData, pids: Pids) -> Iterator[Text]:
 
 def overlap_events(data: ExportData, pids: Pids) -> Iterator[Text]:
     """The ``Overlap Analysis`` process."""
-    frame = data.sections.frame()
+    frame = sections_frame(data.sections)
     if frame.empty:
         return
     yield metadata(pids.overlap, "Overlap Analysis", pids.npu_label, OVERLAP_SORT)

@@ -10,14 +10,8 @@ from export_helpers import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprof_py.exporters.overlap import (
-    assign_steps,
-    difference,
-    overlap_sections,
-    step_breakdown,
-    step_ranges,
-    union,
-)
+from msprof_py.analyzers.intervals import assign_first, difference, merge
+from msprof_py.exporters.overlap import sections, step_breakdown, step_ranges
 
 
 def covered(intervals: list[tuple[int, int]]) -> set[int]:
@@ -38,8 +32,8 @@ intervals = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(intervals, intervals)
 def test_union_and_difference_match_brute_force(a: list, b: list) -> None:
-    ua = union(np.array([s for s, _ in a], dtype=np.int64), np.array([e for _, e in a]))
-    ub = union(np.array([s for s, _ in b], dtype=np.int64), np.array([e for _, e in b]))
+    ua = merge(np.array([s for s, _ in a], dtype=np.int64), np.array([e for _, e in a]))
+    ub = merge(np.array([s for s, _ in b], dtype=np.int64), np.array([e for _, e in b]))
     pairs = as_pairs(ua)
     assert covered(pairs) == covered(a)
     # disjoint, sorted, non-touching, non-empty
@@ -51,7 +45,7 @@ def test_union_and_difference_match_brute_force(a: list, b: list) -> None:
 
 
 def test_touching_intervals_merge_as_msprof_does() -> None:
-    s, e = union(np.array([0, 10, 30]), np.array([10, 20, 40]))
+    s, e = merge(np.array([0, 10, 30]), np.array([10, 20, 40]))
     assert as_pairs((s, e)) == [(0, 20), (30, 40)]
 
 
@@ -85,12 +79,12 @@ def _case():
 
 
 def test_sections_of_a_hand_made_timeline() -> None:
-    sections = overlap_sections(_case().tasks)
-    assert as_pairs(sections.computing) == [(100, 300), (1000, 1100), (1200, 1250)]
-    assert as_pairs(sections.communication) == [(250, 400)]
-    assert as_pairs(sections.comm_not_overlapped) == [(300, 400)]
+    sec = sections(_case().tasks)
+    assert as_pairs(sec["computing"]) == [(100, 300), (1000, 1100), (1200, 1250)]
+    assert as_pairs(sec["communication"]) == [(250, 400)]
+    assert as_pairs(sec["not_overlapped"]) == [(300, 400)]
     # free: first task start (100) to last end (1250) minus compute and communication
-    assert as_pairs(sections.free) == [(400, 1000), (1100, 1200)]
+    assert as_pairs(sec["free"]) == [(400, 1000), (1100, 1200)]
 
 
 def test_step_ranges_span_first_task_to_the_later_of_last_task_and_host_end() -> None:
@@ -136,7 +130,7 @@ def test_breakdown_without_steps_is_one_row_with_empty_step() -> None:
 
 
 @pytest.mark.parametrize("n_steps", [3, 100])
-def test_assign_steps_takes_the_first_step_holding_the_start(n_steps: int) -> None:
+def test_sections_go_to_the_first_step_holding_their_start(n_steps: int) -> None:
     starts = np.arange(n_steps) * 100
     ranges = step_ranges(
         make_profile(
@@ -151,4 +145,42 @@ def test_assign_steps_takes_the_first_step_holding_the_start(n_steps: int) -> No
     )
     points = np.array([0, 99, 100, 150, n_steps * 100 - 1, n_steps * 100, -5])
     expected = [0, 0, 1, 1, n_steps - 1, -1, -1]
-    assert assign_steps(points, ranges).tolist() == expected
+    lo, hi = ranges["start_ns"].to_numpy(), ranges["end_ns"].to_numpy()
+    assert assign_first(points, lo, hi).tolist() == expected
+
+
+windows = st.lists(
+    st.tuples(st.integers(0, 50), st.integers(1, 30)).map(lambda t: (t[0], t[0] + t[1])),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows, st.lists(st.integers(-5, 90), max_size=20))
+def test_assign_first_matches_a_scan_of_overlapping_windows(win: list, points: list) -> None:
+    win = sorted(win, key=lambda w: w[0])
+    lo = np.array([w[0] for w in win], dtype=np.int64)
+    hi = np.array([w[1] for w in win], dtype=np.int64)
+    expected = [next((i for i, (a, b) in enumerate(win) if a <= p < b), -1) for p in points]
+    assert assign_first(np.array(points, dtype=np.int64), lo, hi).tolist() == expected
+
+
+def test_overlapping_step_ranges_give_a_section_to_the_earlier_step() -> None:
+    """Step 0's range runs to its host end (500), past step 1's first task (300): the section
+    starting at 350 belongs to step 0, as torch_npu assigns it."""
+    profile = make_profile(
+        tasks=[
+            {"start_ns": 100, "end_ns": 200, "step": 0},
+            {"stream_id": 1, "start_ns": 300, "end_ns": 320, "step": 1},
+            {"start_ns": 350, "end_ns": 400, "step": 1},
+        ],
+        steps=[
+            {"step": 0, "start_ns": 0, "end_ns": 500},
+            {"step": 1, "start_ns": 250, "end_ns": 600},
+        ],
+    )
+    rows = step_breakdown(profile).set_index("step")
+    # step 0 range [100, 500) holds the sections starting at 100, 300 and 350
+    assert rows.loc[0, "Computing"] == 100 + 20 + 50
+    assert rows.loc[1, "Computing"] == 0
