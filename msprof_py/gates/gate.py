@@ -1,0 +1,134 @@
+"""``gate(path, budget, baseline=None)``: check a profile against a budget, as ``msprof gate``.
+
+Multi-rank profiles: every rank is checked (one check per metric and rank), so a budget is a
+limit for the slowest rank as well as for all others, and a relative limit compares each rank
+with the same rank of the baseline. ``rank=`` checks one rank only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msprof_py.gates.budget import Budget, BudgetError, load_budget
+from msprof_py.gates.check import Check
+from msprof_py.gates.diff import comparability
+from msprof_py.gates.figures import GateFigures, all_ranks, figures
+
+
+class GateUsageError(ValueError):
+    """A gate that cannot run as asked (no baseline for relative limits, incomparable
+    baseline, unknown rank): a usage error, not a failed budget."""
+
+
+@dataclass
+class GateResult:
+    """The checks of a gate and what they were computed from."""
+
+    path: str
+    checks: list[Check]
+    figures: dict[int, GateFigures]
+    baseline_path: str | None = None
+    baseline: dict[int, GateFigures] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every check passed."""
+        return all(c.passed for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
+
+    @property
+    def multi_rank(self) -> bool:
+        return len(self.figures) > 1
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe document (``msprof gate --json``)."""
+        return {
+            "profile": self.path,
+            "baseline": self.baseline_path,
+            "passed": self.passed,
+            "failed": len(self.failures),
+            "warnings": self.warnings,
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+def noisy_warning(figs: dict[int, GateFigures], what: str) -> list[str]:
+    """A warning when ``figs`` were recorded with measured (wall-clock) host time."""
+    if any(not f.deterministic for f in figs.values()):
+        return [
+            f"{what} was recorded with --host-time measured: its figures include wall-clock "
+            "time and are noisy; record with --host-time modeled (the default) for an exact gate"
+        ]
+    return []
+
+
+def rank_figures(
+    path: str | Path, rank: int | None = None, warmup: int | None = None
+) -> tuple[dict[int, GateFigures], str]:
+    """The figures of every rank of the profile at ``path`` (or of ``rank``), and its path."""
+    from msprof_py.analyzers.api import analyze
+    from msprof_py.profile import ProfileError
+
+    analysis = analyze(path, warmup=warmup)
+    if rank is not None:
+        if rank not in analysis.profile["ranks"]:
+            raise ProfileError(f"{path}: no rank {rank} (ranks: {analysis.profile['ranks']})")
+        return {rank: figures(analysis, rank)}, str(analysis.profile["path"])
+    return all_ranks(analysis), str(analysis.profile["path"])
+
+
+def gate(
+    path: str | Path,
+    budget: Budget | str | Path,
+    baseline: str | Path | None = None,
+    *,
+    rank: int | None = None,
+    warmup: int | None = None,
+    force: bool = False,
+) -> GateResult:
+    """Check the profile at ``path`` against ``budget`` (a :class:`Budget` or a budget file),
+    relative limits against the profile at ``baseline``.
+
+    Raises :class:`~msprof_py.gates.budget.BudgetError` for a bad budget,
+    :class:`GateUsageError` for relative limits without a baseline or a baseline that is not
+    comparable (other device, ranks or step count; ``force`` accepts it), and
+    :class:`~msprof_py.profile.ProfileError` for a profile that cannot be loaded."""
+    if not isinstance(budget, Budget):
+        budget = load_budget(budget)
+    if budget.needs_baseline and baseline is None:
+        keys = ", ".join(budget.relative_keys())
+        raise GateUsageError(
+            f"{budget.source} has relative limits ([relative] {keys}); give --baseline DIR "
+            "(a profile of the version to compare with) or remove them"
+        )
+    figs, shown = rank_figures(path, rank, warmup)
+    warnings = noisy_warning(figs, shown)
+    base_figs: dict[int, GateFigures] | None = None
+    base_shown: str | None = None
+    if baseline is not None:
+        base_figs, base_shown = rank_figures(baseline, rank, warmup)
+        warnings += noisy_warning(base_figs, f"the baseline {base_shown}")
+        reasons, notes = comparability(base_figs, figs, ("the baseline", "the profile"))
+        if reasons and not force:
+            raise GateUsageError(
+                f"the baseline is not comparable with the profile: {'; '.join(reasons)} "
+                "(--force compares anyway)"
+            )
+        # (both measured is said by noisy_warning already)
+        warnings += reasons + [n for n in notes if not n.startswith("both profiles")]
+    checks: list[Check] = []
+    for r, f in sorted(figs.items()):
+        base = None if base_figs is None else base_figs.get(r)
+        if budget.needs_baseline and base is None:
+            raise GateUsageError(f"the baseline has no rank {r}")
+        try:
+            checks += budget.check(f, base)
+        except BudgetError as exc:  # pragma: no cover - guarded above
+            raise GateUsageError(str(exc)) from None
+    return GateResult(shown, checks, figs, base_shown, base_figs, warnings)
