@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from msprof_py.gates.budget import Budget, BudgetError, load_budget
-from msprof_py.gates.check import Check
+from msprof_py.gates.budget import Budget, load_budget
+from msprof_py.gates.check import Check, check_absolute
 from msprof_py.gates.diff import comparability
 from msprof_py.gates.figures import GateFigures, all_ranks, figures
 
@@ -101,20 +101,40 @@ def gate(
     :class:`~msprof_py.profile.ProfileError` for a profile that cannot be loaded."""
     if not isinstance(budget, Budget):
         budget = load_budget(budget)
-    if budget.needs_baseline and baseline is None:
+    _need_baseline(budget, baseline is not None)
+    figs, shown = rank_figures(path, rank, warmup)
+    base_figs, base_shown = (None, None)
+    if baseline is not None:
+        base_figs, base_shown = rank_figures(baseline, rank, warmup)
+    return gate_figures(figs, budget, base_figs, force=force, path=shown, baseline_path=base_shown)
+
+
+def _need_baseline(budget: Budget, have: bool) -> None:
+    if budget.needs_baseline and not have:
         keys = ", ".join(budget.relative_keys())
         raise GateUsageError(
             f"{budget.source} has relative limits ([relative] {keys}); give --baseline DIR "
             "(a profile of the version to compare with) or remove them"
         )
-    figs, shown = rank_figures(path, rank, warmup)
-    warnings = noisy_warning(figs, shown)
-    base_figs: dict[int, GateFigures] | None = None
-    base_shown: str | None = None
+
+
+def gate_figures(
+    figs: dict[int, GateFigures],
+    budget: Budget,
+    baseline: dict[int, GateFigures] | None = None,
+    *,
+    force: bool = False,
+    path: str = "profile",
+    baseline_path: str | None = None,
+) -> GateResult:
+    """:func:`gate` on figures already computed (rank -> figures, as
+    :func:`~msprof_py.gates.figures.all_ranks` gives them)."""
+    _need_baseline(budget, baseline is not None)
+    warnings = noisy_warning(figs, path)
     if baseline is not None:
-        base_figs, base_shown = rank_figures(baseline, rank, warmup)
-        warnings += noisy_warning(base_figs, f"the baseline {base_shown}")
-        reasons, notes = comparability(base_figs, figs, ("the baseline", "the profile"))
+        baseline_path = baseline_path or "baseline"
+        warnings += noisy_warning(baseline, f"the baseline {baseline_path}")
+        reasons, notes = comparability(baseline, figs, ("the baseline", "the profile"))
         if reasons and not force:
             raise GateUsageError(
                 f"the baseline is not comparable with the profile: {'; '.join(reasons)} "
@@ -124,11 +144,10 @@ def gate(
         warnings += reasons + [n for n in notes if not n.startswith("both profiles")]
     checks: list[Check] = []
     for r, f in sorted(figs.items()):
-        base = None if base_figs is None else base_figs.get(r)
-        if budget.needs_baseline and base is None:
-            raise GateUsageError(f"the baseline has no rank {r}")
-        try:
-            checks += budget.check(f, base)
-        except BudgetError as exc:  # pragma: no cover - guarded above
-            raise GateUsageError(str(exc)) from None
-    return GateResult(shown, checks, figs, base_shown, base_figs, warnings)
+        base = None if baseline is None else baseline.get(r)
+        if budget.needs_baseline and base is None:  # only with force (ranks differ)
+            warnings.append(f"the baseline has no rank {r}: its relative limits are not checked")
+            checks += check_absolute(f, budget.absolute, budget.op_type_time_ms)
+            continue
+        checks += budget.check(f, base)
+    return GateResult(path, checks, figs, baseline_path, baseline, warnings)

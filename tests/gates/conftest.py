@@ -1,15 +1,14 @@
 """Recorded profiles shared by the gate tests: each recorded once per test session, all in
-parallel, every one in its own ``msprof`` process.
+parallel, every one in its own ``msprof`` process, and their figures (analysed once).
 
 - ``resnet_a``, ``resnet_b``: ``sample_runs/train_resnet.py --steps 3`` recorded twice
   (determinism);
-- ``base``: :data:`TINY`, a small MLP; ``extra_op``: the same with an unfused elementwise
-  op per step (a ``Mul`` and an ``Add``); ``pageable``: the same with a pageable host-to-device
-  copy per step;
+- ``regressed``: the same sample with a deliberate regression (:data:`REGRESSED`): an extra
+  unfused op (a sigmoid) and pageable host-to-device copies in every step;
 - made from those by copying rank folders and editing their ``meta.json`` (no recording):
-  ``cluster`` (rank 0 = base, rank 1 = extra_op), ``cluster_base`` (two base ranks),
-  ``measured`` (base, marked as recorded with measured host time), ``other_device`` (base,
-  marked as recorded on ascend910a).
+  ``cluster`` (rank 0 = resnet_a, rank 1 = regressed), ``cluster_base`` (ranks 0 and 1 =
+  resnet_a and resnet_b), ``measured`` (resnet_a, marked as recorded with measured host
+  time), ``other_device`` (resnet_a, marked as recorded on ascend910a).
 """
 
 from __future__ import annotations
@@ -18,39 +17,34 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_runs"
 
-TINY = """
-import argparse, torch
-p = argparse.ArgumentParser()
-p.add_argument("--steps", type=int, default=4)
-p.add_argument("--extra-op", action="store_true", help="an unfused elementwise op per step")
-p.add_argument("--pageable", action="store_true", help="a pageable H2D copy per step")
-a = p.parse_args()
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)
-).to("npu")
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-x = torch.randn(32, 64).to("npu")
-y = torch.randint(0, 8, (32,)).to("npu")
-for _ in range(a.steps):
-    opt.zero_grad()
-    out = model(x)
-    if a.extra_op:
-        out = out * 1.0001 + 0.0
-    if a.pageable:
-        x = torch.randn(32, 64).to("npu")
-    loss = torch.nn.functional.cross_entropy(out, y)
-    loss.backward()
-    opt.step()
+#: train_resnet.py with a regression in the model's forward (the sample's own main() runs)
+REGRESSED = f"""
+import sys
+import torch
+sys.path.insert(0, {str(SAMPLES)!r})
+import train_resnet
+
+forward = train_resnet.ResNet.forward
+
+def regressed(self, x):
+    out = forward(self, x)
+    torch.zeros(1 << 18).to(out.device)             # a pageable 1 MiB host-to-device copy
+    bias = torch.zeros(out.shape[1]).to(out.device)  # and a small one
+    return torch.sigmoid(out) + bias                 # an extra, unfused elementwise op
+
+train_resnet.ResNet.forward = regressed
+sys.exit(train_resnet.main(sys.argv[1:]))
 """
 
-RESNET = [str(ROOT / "sample_runs" / "train_resnet.py"), "--steps", "3"]
+STEPS = ["--steps", "3"]
 
 
 def _record(runs: dict[str, list[str]], folder: Path) -> dict[str, Path]:
@@ -93,26 +87,36 @@ def _copy(run: Path, dest: Path, rank: int = 0, world: int = 1, **meta: object) 
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Name -> run folder of every profile described above."""
     folder = tmp_path_factory.mktemp("gate_runs")
-    tiny = folder / "tiny.py"
-    tiny.write_text(TINY, encoding="utf-8")
+    script = folder / "train_resnet_regressed.py"
+    script.write_text(REGRESSED, encoding="utf-8")
+    resnet = [str(SAMPLES / "train_resnet.py"), *STEPS]
     out = _record(
-        {
-            "resnet_a": RESNET,
-            "resnet_b": RESNET,
-            "base": [str(tiny)],
-            "extra_op": [str(tiny), "--extra-op"],
-            "pageable": [str(tiny), "--pageable"],
-        },
-        folder,
+        {"resnet_a": resnet, "resnet_b": resnet, "regressed": [str(script), *STEPS]}, folder
     )
     made = {name: folder / name for name in ("cluster", "cluster_base", "measured", "other_device")}
-    _copy(out["base"], made["cluster"], 0, 2)
-    _copy(out["extra_op"], made["cluster"], 1, 2)
-    _copy(out["base"], made["cluster_base"], 0, 2)
-    _copy(out["base"], made["cluster_base"], 1, 2)
-    _copy(out["base"], made["measured"], host_time="measured")
-    _copy(out["base"], made["other_device"], device="ascend910a", device_origin="preset")
+    _copy(out["resnet_a"], made["cluster"], 0, 2)
+    _copy(out["regressed"], made["cluster"], 1, 2)
+    _copy(out["resnet_a"], made["cluster_base"], 0, 2)
+    _copy(out["resnet_b"], made["cluster_base"], 1, 2)
+    _copy(out["resnet_a"], made["measured"], host_time="measured")
+    _copy(out["resnet_a"], made["other_device"], device="ascend910a")
     return out | made
+
+
+@pytest.fixture(scope="session")
+def figures_of(runs: dict[str, Path]) -> Callable[[str], dict]:
+    """Name -> the gate figures of every rank of that run (analysed once, on first use)."""
+    from msprof_py.analyzers import analyze
+    from msprof_py.gates import all_ranks
+
+    cache: dict[str, dict] = {}
+
+    def get(name: str) -> dict:
+        if name not in cache:
+            cache[name] = all_ranks(analyze(runs[name]))
+        return cache[name]
+
+    return get
 
 
 @pytest.fixture
