@@ -6,8 +6,12 @@ giving each rank its own share of the data. Each rank runs in its own process wi
 simulated device; gradients are all-reduced over the ``hccl`` backend (values through gloo,
 time as HCCL tasks on each device's timeline, overlapping the backward pass).
 
-    torchrun --nproc-per-node=2 sample_runs/train_ddp.py [--steps 10]
+    torchrun --nproc-per-node=2 sample_runs/train_ddp.py [--steps 10] [--slow-rank 1]
     python sample_runs/train_ddp.py [--steps 10] [--nproc 2]     # spawns the ranks itself
+
+``--slow-rank R`` makes rank R a straggler: every step it runs extra device work (as an
+uneven data shard or a costly augmentation would), and the other ranks wait for it in the
+gradient all-reduces; ``msprof analyze`` names it (rule ``slow_rank``) with cause ``compute``.
 
 Rank 0 prints the loss of every step (averaged over the ranks) and the simulated step time;
 every rank prints a checksum of its parameters, which DDP keeps identical on all ranks.
@@ -63,8 +67,19 @@ def checksum(model: nn.Module) -> float:
     return sum(float(p.detach().double().sum().item()) for p in model.parameters())
 
 
-def train(steps: int = 10, batch_size: int = 32, lr: float = 3e-3) -> float:
-    """Train on this rank; returns the parameter checksum. The launcher's env gives the rank."""
+def straggle(device: torch.device, size: int = 1024, matmuls: int = 6) -> None:
+    """Extra device work of a straggler rank: ``matmuls`` products of ``size``-square matrices
+    (the result is not used; training numerics are unchanged)."""
+    a = torch.ones(size, size, device=device)
+    for _ in range(matmuls):
+        a = a @ a * (1.0 / size)
+
+
+def train(
+    steps: int = 10, batch_size: int = 32, lr: float = 3e-3, slow_rank: int | None = None
+) -> float:
+    """Train on this rank; returns the parameter checksum. The launcher's env gives the rank;
+    ``slow_rank`` does extra device work every step."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.npu.set_device(local_rank)
     dist.init_process_group(backend="hccl")
@@ -97,6 +112,8 @@ def train(steps: int = 10, batch_size: int = 32, lr: float = 3e-3) -> float:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             start.record()
             optimizer.zero_grad(set_to_none=True)
+            if rank == slow_rank:
+                straggle(device)
             loss = loss_fn(ddp_model(x), y)
             loss.backward()
             optimizer.step()
@@ -133,7 +150,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _spawned(index: int, nproc: int, port: int, steps: int, batch_size: int, lr: float) -> None:
+def _spawned(
+    index: int, nproc: int, port: int, steps: int, batch_size: int, lr: float, slow: int | None
+) -> None:
     """One rank started by ``mp.spawn``: set what torchrun would have set, then train."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -143,7 +162,7 @@ def _spawned(index: int, nproc: int, port: int, steps: int, batch_size: int, lr:
         WORLD_SIZE=str(nproc),
         LOCAL_WORLD_SIZE=str(nproc),
     )
-    train(steps, batch_size, lr)
+    train(steps, batch_size, lr, slow)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -152,13 +171,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--nproc", type=int, default=2, help="ranks to spawn without torchrun")
+    parser.add_argument(
+        "--slow-rank", type=int, default=None, help="make this rank a straggler (extra work)"
+    )
     args = parser.parse_args(argv)
     if "LOCAL_RANK" in os.environ:  # started by torchrun: this process is one rank
-        train(args.steps, args.batch_size, args.lr)
+        train(args.steps, args.batch_size, args.lr, args.slow_rank)
     else:
         mp.spawn(
             _spawned,
-            args=(args.nproc, _free_port(), args.steps, args.batch_size, args.lr),
+            args=(
+                args.nproc,
+                _free_port(),
+                args.steps,
+                args.batch_size,
+                args.lr,
+                args.slow_rank,
+            ),
             nprocs=args.nproc,
         )
 

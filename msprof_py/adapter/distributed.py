@@ -15,9 +15,10 @@ it with a notify record/wait:
 
 1. record an event on the current stream, make the communication stream wait for it;
 2. exchange every rank's ready time (the latest of the communication stream's tail, that event
-   and the host's launch) with a small gloo all-reduce(MAX); the collective starts on every
-   rank when the slowest rank is ready (``not_before``), so a late rank delays all, and two
-   ranks that did the same work see the same start and end;
+   and the host's launch) with a small gloo all-reduce(MAX); the HCCL task begins on each rank
+   when that rank is ready and transfers when the slowest rank is ready (``peers_ready``): a
+   fast rank waits for a late one inside its task (HCCL's notify wait, recorded as
+   ``notify_wait_ns``), and two ranks that did the same work see the same start and end;
 3. submit the HCCL task, costed by :func:`~msprof_py.device.collectives.collective_cost` for
    the collective's bytes (all-reduce: the tensor; all-gather: the gathered output;
    reduce-scatter: the input; broadcast: the tensor) and the world size, then record a
@@ -399,7 +400,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         try:
             ready = self._arrive(state, unwrap.npu) if on_device else 0
             arrival = self._exchange(ready, _KINDS[name], nbytes, timeout)
-            done = self._submit(state, name, cost_op, nbytes, arrival) if on_device else None
+            done = self._submit(state, name, cost_op, nbytes, ready, arrival) if on_device else None
         finally:
             state.leave()
         future = _after(gloo_call(), value, finish) if unwrap.values else _finished(value)
@@ -423,11 +424,19 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return max(self.comm_stream.tail_ns, ready.recorded_ns, launch)
 
     def _submit(
-        self, state: AdapterState, name: str, cost_op: CollectiveOp, nbytes: int, arrival: int
+        self,
+        state: AdapterState,
+        name: str,
+        cost_op: CollectiveOp,
+        nbytes: int,
+        ready: int,
+        arrival: int,
     ) -> Event:
         engine = state.npu.engine
         cost = collective_cost(state.npu.spec.hccl, cost_op, nbytes, self._world_size)
-        engine.submit_collective(self.comm_stream, cost, name=f"hcom_{name}_", not_before=arrival)
+        engine.submit_collective(
+            self.comm_stream, cost, name=f"hcom_{name}_", not_before=ready, peers_ready=arrival
+        )
         done = engine.create_event()
         engine.record_event(done, self.comm_stream)
         return done

@@ -1,15 +1,20 @@
 """Communication: collectives' share of the step, overlap with compute, bandwidth; across ranks,
 the slow rank and its cause.
 
-Per collective call: the algorithm bandwidth is bytes per rank over the call's duration; the
-bus bandwidth scales it by the data each rank actually sends (NCCL-tests convention:
-all-reduce x 2(p-1)/p, all-gather and reduce-scatter x (p-1)/p, broadcast x 1). A collective's
-time includes waiting for the other ranks to arrive, so a fast rank shows more communication.
+A rank's HCCL task begins when that rank is ready and first waits for its peers (the notify
+wait, ``notify_wait_ns``), then transfers. Per collective call the algorithm bandwidth is bytes
+per rank over the transfer time (the task minus its wait); the bus bandwidth scales it by the
+data each rank actually sends (NCCL-tests convention: all-reduce x 2(p-1)/p, all-gather and
+reduce-scatter x (p-1)/p, broadcast x 1). The wait is communication time on the timeline, so a
+fast rank that waits for a straggler shows more (not overlapped) communication.
 
-Across ranks the slow rank is the one with the longest mean step; its cause is ``compute``
-when its computing time is what exceeds the others' (they wait for it in the collectives),
-``waiting`` when its own communication time is longer (it waits on something else: a link,
-a late collective), else ``idle`` (host-side: dispatch, data loading, synchronisation).
+Across ranks: in synchronous data parallelism every rank's step takes as long as the slowest
+rank's, so step times alone cannot tell which rank is slow. A rank's **own time** is its mean
+step minus the time it waited for its peers (``wait_ns``); the slow rank is the one with the
+longest own time, the one the others wait for, and its deviation is its own time over the mean
+own time (without collectives, own time is the step time). Its cause is the largest of its
+excesses over the other ranks per step: ``compute`` (computing time), ``communication``
+(transfer time: a slow link) or ``idle`` (host-side: dispatch, data loading, synchronisation).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ COLLECTIVE_COLUMNS = [
     "busbw_gbps",
     "hidden_ns",
     "share_of_step",
+    "wait_ns",
 ]
 RANK_COLUMNS = [
     "rank",
@@ -48,6 +54,8 @@ RANK_COLUMNS = [
     "free_ns",
     "idle_ns",
     "deviation",
+    "wait_ns",
+    "own_ns",
 ]
 _BUS = {"allreduce": lambda p: 2 * (p - 1) / p, "allgather": lambda p: (p - 1) / p}
 _BUS["reducescatter"] = _BUS["allgather"]
@@ -69,9 +77,11 @@ def collectives(data: RankData) -> pd.DataFrame:
         total_ns=("duration_ns", "sum"),
         max_ns=("duration_ns", "max"),
         hidden_ns=("hidden_ns", "sum"),
+        wait_ns=("notify_wait_ns", "sum"),
     ).reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
-    out["algbw_gbps"] = out["bytes"] * out["count"] / out["total_ns"].where(out["total_ns"] > 0)
+    transit = out["total_ns"] - out["wait_ns"]
+    out["algbw_gbps"] = out["bytes"] * out["count"] / transit.where(transit > 0)
     p = out["world_size"].clip(lower=1).to_numpy(dtype=float)
     factor = np.array(
         [_BUS.get(k, lambda _p: 1.0)(w) for k, w in zip(out["collective"], p, strict=True)]
@@ -107,6 +117,8 @@ def ranks(per_rank: dict[int, RankData]) -> pd.DataFrame:
     for rank, data in per_rank.items():
         bd = timeline.step_breakdown(data)
         n = data.n_steps
+        coll = data.tasks["kind"] == COLLECTIVE
+        wait = float(data.tasks.loc[coll, "notify_wait_ns"].sum()) / n
         rows.append(
             {
                 "rank": rank,
@@ -117,33 +129,38 @@ def ranks(per_rank: dict[int, RankData]) -> pd.DataFrame:
                 "comm_not_overlapped_ns": bd["comm_not_overlapped_ns"].sum() / n,
                 "free_ns": bd["free_ns"].sum() / n,
                 "idle_ns": bd["idle_ns"].sum() / n,
+                "wait_ns": wait,
+                "own_ns": data.mean_step_ns - wait,
             }
         )
-    out = pd.DataFrame(rows, columns=RANK_COLUMNS[:-1])
-    mean = out["mean_step_ns"].mean() if len(out) else 0.0
-    out["deviation"] = (out["mean_step_ns"] - mean) / mean if mean else 0.0
+    out = pd.DataFrame(rows, columns=[c for c in RANK_COLUMNS if c != "deviation"])
+    mean = out["own_ns"].mean() if len(out) else 0.0
+    out["deviation"] = (out["own_ns"] - mean) / mean if mean else 0.0
     return out[RANK_COLUMNS]
 
 
 def slow_rank(table: pd.DataFrame) -> dict[str, Any] | None:
-    """The slowest rank, its excess over the mean step and its cause (None for < 2 ranks)."""
+    """The rank the others wait for (longest own time), its excess over the mean own time and
+    its cause (None for < 2 ranks)."""
     if len(table) < 2:
         return None
-    slow = table.loc[table["mean_step_ns"].idxmax()]
+    slow = table.loc[table["own_ns"].idxmax()]
     others = table[table["rank"] != slow["rank"]]
+    transit = table["communication_ns"] - table["wait_ns"]
     excess = {
         "compute": slow["computing_ns"] - others["computing_ns"].mean(),
-        "waiting": slow["communication_ns"] - others["communication_ns"].mean(),
+        "communication": transit[slow.name] - transit[others.index].mean(),
         "idle": slow["idle_ns"] - others["idle_ns"].mean(),
     }
     cause = max(excess, key=lambda k: excess[k])
-    mean = table["mean_step_ns"].mean()
+    mean = table["own_ns"].mean()
     return {
         "slow_rank": int(slow["rank"]),
-        "slow_ns": float(slow["mean_step_ns"]),
+        "slow_ns": float(slow["own_ns"]),
         "mean_ns": float(mean),
-        "excess_ns": float(slow["mean_step_ns"] - mean),
+        "excess_ns": float(slow["own_ns"] - mean),
         "deviation": float(slow["deviation"]),
         "cause": cause,
         "excess_by_cause_ns": {k: float(v) for k, v in excess.items()},
+        "others_wait_ns": float(others["wait_ns"].mean()),
     }

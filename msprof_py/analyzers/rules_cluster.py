@@ -49,6 +49,7 @@ def slow_rank(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "slow_us": us(slow["slow_ns"]),
         "mean_us": us(slow["mean_ns"]),
         "deviation": slow["deviation"],
+        "others_wait_us": us(slow["others_wait_ns"]),
         "cause": slow["cause"],
         "detail": f"per step vs the other ranks: {detail}",
     }

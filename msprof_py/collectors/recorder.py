@@ -276,6 +276,7 @@ class Recorder:
                 str(attrs.get("collective", "")),
                 str(attrs.get("algorithm", "")),
                 int(attrs.get("world_size", 0)),
+                int(attrs.get("notify_wait_ns", 0)),
                 parent,
                 self.step,
             ),

@@ -335,9 +335,18 @@ class Engine:
         nbytes: int = 0,
         attrs: dict[str, object] | None = None,
         not_before: int = 0,
+        peers_ready: int = 0,
     ) -> TaskRecord:
         host_start, launch = self._launch(stream, self.spec.dispatch.api_call_ns, 0, name)
-        start, end, wait = self._place(stream, launch, duration, demand, not_before)
+        tail, had_tasks = stream.tail_ns, stream.has_tasks
+        start, end, wait = self._place(
+            stream, launch, duration, demand, max(not_before, peers_ready)
+        )
+        begin = max(launch, tail, not_before)
+        if peers_ready and begin < start:  # the task waits inside for its peers (notify wait)
+            attrs = {**(attrs or {}), "notify_wait_ns": start - begin}
+            wait = begin - tail if had_tasks else 0
+            start = begin
         task = TaskRecord(
             self._new_task_id(),
             stream.stream_id,
@@ -415,9 +424,15 @@ class Engine:
         *,
         name: str | None = None,
         not_before: int = 0,
+        peers_ready: int = 0,
     ) -> TaskRecord:
-        """Run a costed HCCL collective on ``stream``. ``not_before`` holds it until the peers
-        arrive (the slowest rank's arrival time, when the caller knows it)."""
+        """Run a costed HCCL collective on ``stream``; ``not_before`` holds it until this rank
+        is ready.
+
+        ``peers_ready`` is the slowest rank's arrival, when the caller knows it: the transfer
+        starts no earlier. As on a real NPU the task begins when this rank is ready and its
+        first phase waits for the peers (HCCL's notify wait, ``attrs["notify_wait_ns"]``), so a
+        fast rank's wait for a straggler is communication time on its timeline."""
         op = cost.op.value if hasattr(cost.op, "value") else str(cost.op)
         label = name or f"hcom_{op}_"
         attrs: dict[str, object] = {
@@ -436,6 +451,7 @@ class Engine:
             nbytes=cost.n_bytes,
             attrs=attrs,
             not_before=not_before,
+            peers_ready=peers_ready,
         )
 
     def record_event(self, event: Event, stream: Stream) -> TaskRecord:

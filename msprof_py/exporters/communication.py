@@ -4,9 +4,10 @@ What the profile says about a collective: its op, algorithm, ranks (``world_size
 of its buffer (``bytes``: as in :mod:`msprof_py.device.collectives`) and its device span. From
 that:
 
-* **Elapse = Transit time** is the task's duration. The device starts a collective only once
-  every rank has arrived, so the time a rank waits for its peers lies before the task, not in
-  it: Wait, Synchronization and Idle times are 0.
+* **Elapse** is the task's duration. A rank's HCCL task begins when that rank is ready and
+  first waits for its peers (``notify_wait_ns``): that is its **Wait** time and, as the wait
+  comes before any transfer, also its **Synchronization** time; **Transit** is the rest, and
+  **Idle** (Elapse - Transit - Wait) is 0. The ratios are ``wait / (wait + transit)``.
 * **Transit size** is what one rank sends, with the bus factors of nccl-tests (all-reduce
   ``2(p-1)/p x n``, all-gather and reduce-scatter ``(p-1)/p x n``, broadcast ``n``).
 * **Transport**: flat algorithms stay inside one server and are reported as ``HCCS`` (the
@@ -81,7 +82,8 @@ def _rdma(algorithm: pd.Series) -> np.ndarray:
 
 def collectives(data: ExportData) -> pd.DataFrame:
     """The rank's collectives: ``op_name``, ``key`` (``name@group``), ``step_key``, ``op``,
-    ``algorithm``, ``world_size``, ``rdma``, ``start_us``, ``time_ms``, ``size_mb``."""
+    ``algorithm``, ``world_size``, ``rdma``, ``start_us``, ``elapse_ms``, ``wait_ms``,
+    ``time_ms`` (transit), ``size_mb``."""
     t = data.tasks
     c = t[t["kind"] == "collective"]
     if c.empty:
@@ -92,6 +94,7 @@ def collectives(data: ExportData) -> pd.DataFrame:
     factor = np.where(op == "allreduce", 2 * (pf - 1) / pf, 1.0)
     factor = np.where(np.isin(op, list(_BUS_FACTOR)), (pf - 1) / pf, factor)
     factor = np.where(p <= 1, 0.0, factor)
+    wait = c["notify_wait_ns"].to_numpy(dtype=np.int64)
     steps = c["step"].to_numpy(dtype=np.int64)
     step_key = np.where(steps >= 0, "step" + steps.astype(str), "step")
     if not data.has_steps:
@@ -107,7 +110,9 @@ def collectives(data: ExportData) -> pd.DataFrame:
             "world_size": p,
             "rdma": _rdma(c["algorithm"]),
             "start_us": (c["start_ns"].to_numpy(dtype=np.int64) + data.info.base_ns) / 1000.0,
-            "time_ms": c["dur_ns"].to_numpy(dtype=np.int64) / 1e6,
+            "elapse_ms": c["dur_ns"].to_numpy(dtype=np.int64) / 1e6,
+            "wait_ms": wait / 1e6,
+            "time_ms": (c["dur_ns"].to_numpy(dtype=np.int64) - wait) / 1e6,
             "size_mb": c["bytes"].to_numpy(dtype=np.float64) * factor / MB,
         }
     ).sort_values(["step_order"], kind="stable")
@@ -145,11 +150,14 @@ def _op_texts(coll: pd.DataFrame) -> Text:
         ',"SDMA":', pc.if_else(rdma, _ZERO_ENTRY, used),
         ',"SIO":', _ZERO_ENTRY, "}",
     )  # fmt: skip
-    zero_times = ',"Wait Time(ms)":0,"Synchronization Time(ms)":0,"Idle Time(ms)":0,'
+    wait = jnum(coll["wait_ms"])
+    ratio = jnum(_ratio(coll["wait_ms"], coll["wait_ms"] + coll["time_ms"]))
     time_info = concat(
         '{"Start Timestamp(us)":', jnum(np.round(coll["start_us"].to_numpy(), 3)),
-        ',"Elapse Time(ms)":', time, ',"Transit Time(ms)":', time, zero_times,
-        '"Wait Time Ratio":0,"Synchronization Time Ratio":0}',
+        ',"Elapse Time(ms)":', jnum(coll["elapse_ms"]), ',"Transit Time(ms)":', time,
+        ',"Wait Time(ms)":', wait, ',"Synchronization Time(ms)":', wait,
+        ',"Idle Time(ms)":0,"Wait Time Ratio":', ratio,
+        ',"Synchronization Time Ratio":', ratio, "}",
     )  # fmt: skip
     return concat(
         jstr(coll["key"]), ':{"', TIME_INFO, '":', time_info, ',"', BANDWIDTH_INFO, '":',
@@ -160,15 +168,16 @@ def _op_texts(coll: pd.DataFrame) -> Text:
 def _total_info(coll: pd.DataFrame) -> dict[str, Any]:
     """``Total Op Info`` of a step's collectives (sums, ratios recomputed), as torch_npu
     computes it from the per-op entries."""
-    elapse = float(coll["time_ms"].sum())
+    transit, wait = float(coll["time_ms"].sum()), float(coll["wait_ms"].sum())
+    ratio = float(_ratio(np.array([wait]), np.array([wait + transit]))[0])
     time_info = {
-        "Elapse Time(ms)": elapse,
-        "Transit Time(ms)": elapse,
-        "Wait Time(ms)": 0.0,
-        "Synchronization Time(ms)": 0.0,
+        "Elapse Time(ms)": float(coll["elapse_ms"].sum()),
+        "Transit Time(ms)": transit,
+        "Wait Time(ms)": wait,
+        "Synchronization Time(ms)": wait,
         "Idle Time(ms)": 0.0,
-        "Wait Time Ratio": 0,
-        "Synchronization Time Ratio": 0,
+        "Wait Time Ratio": ratio,
+        "Synchronization Time Ratio": ratio,
     }
     bandwidth: dict[str, Any] = {}
     for transport in TRANSPORTS:

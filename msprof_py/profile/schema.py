@@ -76,6 +76,11 @@ TASKS = Table(
         Column("collective", _STR, "allreduce | allgather | reducescatter | broadcast, else empty"),
         Column("algorithm", _STR, "collective algorithm (mesh, ring, hierarchical(...))"),
         Column("world_size", _I32, "ranks taking part in a collective (0 otherwise)"),
+        Column(
+            "notify_wait_ns",
+            _I64,
+            "collectives: the part of the task spent waiting for the peers (HCCL notify wait)",
+        ),
         Column("host_op_id", _I64, "host_events.event_id of the op that launched it, or -1"),
         Column("step", _I32, "training step the launch belongs to, or -1"),
     ),

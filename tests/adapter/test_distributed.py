@@ -181,7 +181,8 @@ def worker(rank, world, port, out):
     res["big_ok"] = bool((big.cpu() == 2.0).all())
     res["hccl"] = [
         {"name": t.name, "stream": t.stream_id, "bytes": t.bytes, "start": t.start_ns,
-         "end": t.end_ns, "op": t.attrs["collective"], "world": t.attrs["world_size"]}
+         "end": t.end_ns, "op": t.attrs["collective"], "world": t.attrs["world_size"],
+         "wait": t.attrs.get("notify_wait_ns", 0)}
         for t in log.tasks if t.task_type is TaskType.HCCL
     ]
     with open(f"{out}/rank{rank}.json", "w") as f:
@@ -243,9 +244,14 @@ def test_each_collective_is_one_hccl_task_costed_by_the_model(
             assert task["stream"] != res["default_stream"]
             assert task["world"] == 2
             cost = collective_cost(SPEC.hccl, task["op"], task["bytes"], 2)
-            assert task["end"] - task["start"] == cost.duration_ns > 0
-    # every rank sees the same collectives at the same times
-    assert collectives[0]["hccl"] == collectives[1]["hccl"]
+            assert task["end"] - task["start"] - task["wait"] == cost.duration_ns > 0
+    # every rank transfers the same collectives at the same times (a rank that is ready
+    # earlier begins its task earlier and waits inside it)
+
+    def transfers(res: dict[str, Any]) -> list[dict[str, Any]]:
+        return [t | {"start": t["start"] + t["wait"], "wait": None} for t in res["hccl"]]
+
+    assert transfers(collectives[0]) == transfers(collectives[1])
 
 
 def test_a_barrier_aligns_the_hosts(collectives: list[dict[str, Any]]) -> None:
@@ -254,7 +260,10 @@ def test_a_barrier_aligns_the_hosts(collectives: list[dict[str, Any]]) -> None:
 
 def test_the_slowest_rank_sets_the_start(collectives: list[dict[str, Any]]) -> None:
     slow, after_matmul = collectives[0]["hccl"][-3], collectives[0]["hccl"][-2]
-    assert slow["start"] >= collectives[1]["host_before_slow"] > collectives[0]["host_before_slow"]
+    transfer = slow["start"] + slow["wait"]
+    assert transfer >= collectives[1]["host_before_slow"] > collectives[0]["host_before_slow"]
+    # rank 0 was ready first: its task begins then and waits for rank 1 inside (notify wait)
+    assert slow["wait"] > 0 and collectives[1]["hccl"][-3]["wait"] == 0
     # rank 0's matmul delays rank 1's collective too
     assert after_matmul["start"] >= collectives[0]["matmul_end"]
 
@@ -345,7 +354,7 @@ def train(device_ids, steps, tag):
 res["ranked"] = train([local], STEPS, "ranked")
 res["plain"] = train(None, 2, "plain")
 res["hccl"] = [
-    (t.attrs["collective"], t.bytes, t.duration_ns, t.stream_id)
+    (t.attrs["collective"], t.bytes, t.duration_ns - t.attrs.get("notify_wait_ns", 0), t.stream_id)
     for t in log.tasks if t.task_type is TaskType.HCCL
 ]
 res["default_stream"] = npu.engine.default_stream.stream_id

@@ -480,3 +480,44 @@ def test_slow_rank_and_its_cause() -> None:
     assert slow["cause"] == "compute"
     assert slow["excess_ns"] == pytest.approx((11_000 - 10_000) / 2)
     assert communication.slow_rank(table.iloc[:1]) is None
+
+
+def test_slow_rank_in_lockstep_is_the_one_the_others_wait_for() -> None:
+    """Synchronous data parallel: both steps take 20 us, but rank 0 waits 6 us per step inside
+    its all-reduce for rank 1, which computes 6 us longer."""
+
+    def rank(r: int, compute_ns: int, wait_ns: int) -> Builder:
+        b = Builder(rank=r)
+        for i in range(3):
+            t0 = i * 20_000
+            b.step(i, t0, t0 + 20_000)
+            b.task(t0, t0 + compute_ns, op_type="MatMul", task_type="AI_CORE", step=i)
+            b.task(
+                t0 + compute_ns,
+                t0 + 18_000,
+                kind="collective",
+                task_type="HCCL",
+                collective="allreduce",
+                world_size=2,
+                step=i,
+                bytes=1000,
+                notify_wait_ns=wait_ns,
+            )
+        return b
+
+    profile = cluster(rank(0, 10_000, 6_000), rank(1, 16_000, 0))
+    per_rank = {r: context.prepare(profile, r) for r in profile.ranks}
+    table = communication.ranks(per_rank).set_index("rank")
+    assert table["mean_step_ns"].tolist() == [20_000, 20_000]
+    assert table["wait_ns"].tolist() == [6_000, 0]
+    assert table["own_ns"].tolist() == [14_000, 20_000]
+    slow = communication.slow_rank(table.reset_index())
+    assert slow["slow_rank"] == 1 and slow["cause"] == "compute"
+    assert slow["excess_ns"] == pytest.approx(20_000 - 17_000)
+    assert slow["deviation"] == pytest.approx(3_000 / 17_000)
+    assert slow["excess_by_cause_ns"]["compute"] == pytest.approx(6_000)
+    assert slow["excess_by_cause_ns"]["communication"] == pytest.approx(0)  # same transfer
+    coll = communication.collectives(per_rank[0]).iloc[0]
+    # bandwidth over the 2 us transfer, not the 8 us task
+    assert coll["wait_ns"] == 2 * 6_000  # the 2 analysed steps (step 0 is warm-up)
+    assert coll["algbw_gbps"] == pytest.approx(1000 / 2_000)

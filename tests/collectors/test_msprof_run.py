@@ -231,30 +231,60 @@ def test_script_marked_steps_and_annotations(tmp_path: Path) -> None:
     )["command"].endswith("train.py")
 
 
-def test_torchrun_records_every_rank(tmp_path: Path) -> None:
+def test_torchrun_records_every_rank_and_analysis_finds_the_straggler(tmp_path: Path) -> None:
     sample = Path(__file__).resolve().parents[2] / "sample_runs" / "train_ddp.py"
     result = _msprof(
         "--output=out",
         "torchrun",
         "--nproc-per-node=2",
         str(sample),
-        "--steps=3",
+        "--steps=4",
+        "--slow-rank=1",
         cwd=tmp_path,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    run = _run_folder(tmp_path / "out")
+    profile = msprof_py.load(run)
     assert profile.ranks == [0, 1]
     assert {m["world_size"] for m in profile.meta.values()} == {2}
-    for rank in (0, 1):
-        tasks = profile.for_rank(rank).tasks
-        assert (tasks["task_type"] == "HCCL").any()
     hccl = profile.tasks[profile.tasks["task_type"] == "HCCL"]
-    by_rank = [
-        hccl[hccl["rank"] == r][["name", "start_ns", "end_ns"]].reset_index(drop=True)
-        for r in (0, 1)
-    ]
-    assert by_rank[0].equals(by_rank[1])  # collectives start and end together on every rank
+    by_rank = [hccl[hccl["rank"] == r].reset_index(drop=True) for r in (0, 1)]
+    fast, slow = by_rank
+    assert len(fast) == len(slow) > 0
+    # every collective ends together on both ranks and moves its data in the same time; the
+    # fast rank begins when it is ready and waits for the straggler inside the task
+    assert fast["end_ns"].equals(slow["end_ns"])
+    transit = [b["end_ns"] - b["start_ns"] - b["notify_wait_ns"] for b in by_rank]
+    assert transit[0].equals(transit[1])
+    assert (fast["start_ns"] <= slow["start_ns"]).all()
+    assert (slow["notify_wait_ns"] == 0).all()
+    trained = fast["step"] >= 1  # the straggler's extra work runs in every training step
+    assert (fast.loc[trained & (fast["collective"] == "allreduce"), "notify_wait_ns"] > 0).any()
+
+    analysis = msprof_py.analyze(run)
+    table = analysis.communication["ranks"].set_index("rank")
+    assert table.loc[0, "wait_ns"] > 0 and table.loc[1, "wait_ns"] == 0
+    # synchronous data parallel: both ranks' steps take the straggler's time (within 2%)
+    assert table["mean_step_ns"].max() / table["mean_step_ns"].min() < 1.02
+    finding = analysis.finding("slow_rank")
+    assert finding.status == "fired" and finding.rank == 1
+    assert analysis.communication["slow_rank"]["cause"] == "compute"
+    assert "Rank 1" in finding.message
+
+    # communication.json reports the wait as HCCL's Wait Time, on the fast rank only
+    waits = {}
+    for info in run.glob("*_ascend_pt/profiler_info_*.json"):
+        rank = int(info.stem.rsplit("_", 1)[1])
+        doc = json.loads(
+            (info.parent / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text()
+        )
+        times = [v["collective"]["Total Op Info"]["Communication Time Info"] for v in doc.values()]
+        waits[rank] = sum(t["Wait Time(ms)"] for t in times)
+        for t in times:
+            assert t["Elapse Time(ms)"] == pytest.approx(t["Transit Time(ms)"] + t["Wait Time(ms)"])
+    assert waits[0] == pytest.approx(fast["notify_wait_ns"].sum() / 1e6) and waits[0] > 0
+    assert waits[1] == 0
 
 
 def test_backward_ops_carry_their_forward_sequence_number(tmp_path: Path) -> None:

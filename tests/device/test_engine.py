@@ -250,6 +250,24 @@ def test_collective_runs_on_the_hccl_link() -> None:
     assert a.attrs and a.attrs["algorithm"] == "mesh"
 
 
+def test_a_rank_ready_before_its_peers_waits_inside_the_collective() -> None:
+    from msprof_py.device.collectives import collective_cost
+
+    engine = Engine(DeviceSpec.load())
+    comm = engine.create_stream()
+    cost = collective_cost(engine.spec.hccl, "allreduce", 2**20, 2)
+    ready, peers = 1_000_000, 1_250_000
+    task = engine.submit_collective(comm, cost, not_before=ready, peers_ready=peers)
+    # begins when this rank is ready, waits 250 us for the peers, then transfers
+    assert task.start_ns == ready
+    assert task.attrs and task.attrs["notify_wait_ns"] == peers - ready
+    assert task.end_ns == peers + cost.duration_ns
+    assert task.wait_ns == 0  # the first task on the stream
+    late = engine.submit_collective(comm, cost, not_before=task.end_ns, peers_ready=0)
+    assert late.attrs is not None and "notify_wait_ns" not in late.attrs
+    assert late.end_ns - late.start_ns == cost.duration_ns
+
+
 def test_stream_lifecycle_errors() -> None:
     engine = Engine(DeviceSpec.load())
     s = engine.create_stream()

@@ -141,6 +141,7 @@ def big_profile(
             "collective": np.where(kinds == "collective", "allreduce", ""),
             "algorithm": np.where(kinds == "collective", "mesh", ""),
             "world_size": np.where(kinds == "collective", 2, 0),
+            "notify_wait_ns": 0,
             "host_op_id": np.arange(n_tasks) * 2,
             "step": step,
         }
