@@ -226,10 +226,8 @@ def _shown(value: Any) -> str:
 
 
 def _suggest(word: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(known), n=2, cutoff=0.5)
-    if not close:
-        return ""
-    return "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _line_from_message(message: str) -> int | None:

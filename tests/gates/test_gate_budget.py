@@ -172,3 +172,18 @@ def test_init_budget_writes_a_valid_budget_the_figures_pass(make_figures) -> Non
     assert not budget.needs_baseline  # relative limits are commented out
     for figs in ranks:
         assert all(c.passed for c in budget.check(figs))
+
+
+def test_the_readme_budget_example_is_valid() -> None:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Performance gates in CI", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"```toml\n(.*?)```", section, re.S)[0]
+    budget = parse_budget(example)
+    assert budget.absolute["min_utilization"] == 0.6 and budget.op_type_growth == {"*": 0.1}
+    assert budget.relative == {"step_time": 0.02, "peak_memory": 0.05, "utilization": 0.03}
+    exc = error("[absolute]\nstep_time_ms = 1.5\nmin_utilisation = 0.6\n")
+    quoted = " ".join(section.split("(`perf-budget.toml, line 3")[1].split("`)")[0].split())
+    assert str(exc) == "perf-budget.toml, line 3" + quoted
