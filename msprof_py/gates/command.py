@@ -38,8 +38,11 @@ def _headroom(value: str) -> float:
 
     try:
         return parse_growth(value if value.strip().endswith("%") else float(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+    except ValueError:
+        raise GateCommandError(
+            f'--headroom: expected a percentage such as "10%" or a fraction such as 0.1, '
+            f"got {value!r}"
+        ) from None
 
 
 def _existing(path: Path, what: str) -> None:
@@ -126,7 +129,11 @@ def gate(
     init_file: Path | None,
     headroom: str,
 ) -> None:
-    """Check the profile in DIR against a performance budget (exit 1 when over budget)."""
+    """Check the profile in DIR against a performance budget.
+
+    Exit code 0: every check within budget; 1: a budget exceeded; 2: a usage or tool error.
+    Every rank of a multi-rank profile is checked. --init-budget FILE writes a first budget.
+    """
     from msprof_py.gates.budget import BudgetError, init_budget, load_budget
     from msprof_py.gates.gate import GateUsageError, noisy_warning, rank_figures
     from msprof_py.gates.gate import gate as run_gate
