@@ -4,6 +4,10 @@
 steps (``optimizer.step()``), module paths and annotations, and makes sure the profile is
 flushed however the process ends: normal exit, an uncaught exception (including the simulated
 OOM), SIGINT or SIGTERM. A forked child (a DataLoader worker) records nothing.
+
+``Session(config, in_process=True)`` is the mode of :func:`msprof_py.record`: a session that is
+one of many in the process. It installs no exit, exception or signal handler, starts its steps
+at the current host time, and removes its hooks again when it stops.
 """
 
 from __future__ import annotations
@@ -103,8 +107,10 @@ def _rank() -> tuple[int, int]:
 class Session:
     """Records this process into ``<output>/<run dir>/msprof_raw``."""
 
-    def __init__(self, config: SessionConfig) -> None:
+    def __init__(self, config: SessionConfig, *, in_process: bool = False) -> None:
         self.config = config
+        #: one of many sessions in this process (no exit handlers; hooks removed on stop)
+        self.in_process = in_process
         self.pid = os.getpid()
         self.run_dir = Path(config.output).resolve() / run_dir_name(pid=self.pid)
         self.status = "running"
@@ -114,6 +120,7 @@ class Session:
         self._lock = threading.Lock()
         self._previous_excepthook = sys.excepthook
         self._hooks: list[Any] = []
+        self._restore: list[Any] = []  # undo the patches of the hooks (in-process mode)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -159,9 +166,12 @@ class Session:
             record_api=cfg.ascendcl,
         )
         self.recorder.on_finished = self._detach  # the window is over: stop paying
+        self.recorder._step_start = engine.host_ns  # the first step starts now
         npu.subscribe(self.recorder)
         runtime.state().observer = self.recorder
         self._install_hooks()
+        if self.in_process:
+            return self
         atexit.register(self._at_exit)
         sys.excepthook = self._excepthook
         with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
@@ -187,6 +197,8 @@ class Session:
         recorder = self.recorder
         assert recorder is not None
         self._detach()
+        if self.in_process:
+            self._remove_hooks()
         engine = runtime.state().npu.engine
         if recorder.recording and recorder.step_open():
             recorder.end_step("end of run", engine.host_ns)
@@ -269,6 +281,14 @@ class Session:
         ]
         _patch_record_function()
 
+    def _remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+        for undo in reversed(self._restore):
+            undo()
+        self._restore = []
+
     def _watch_process_group(self) -> None:
         """Note the rank and world size as soon as the script joins a process group (under
         mp.spawn no RANK variable says it, and the group may be gone by the end)."""
@@ -286,6 +306,12 @@ class Session:
 
         dist.init_process_group = init_process_group
 
+        def restore() -> None:
+            if dist.init_process_group is init_process_group:
+                dist.init_process_group = original
+
+        self._restore.append(restore)
+
 
 _ACTIVE: Session | None = None
 
@@ -301,6 +327,14 @@ def start_session(config: SessionConfig) -> Session:
     if _ACTIVE is None:
         _ACTIVE = Session(config).start()
     return _ACTIVE
+
+
+def set_active_session(session: Session | None) -> Session | None:
+    """Make ``session`` the one :func:`active_session` returns (in-process recordings, which
+    come and go); return the previous one."""
+    global _ACTIVE
+    previous, _ACTIVE = _ACTIVE, session
+    return previous
 
 
 def _patch_record_function() -> None:
