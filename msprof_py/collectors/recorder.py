@@ -108,6 +108,7 @@ class Recorder:
         self.step = 0
         self._step_start = 0
         self._explicit_steps = False
+        self._last_source = ""
         self._next_event = 0
         self._open_op: list = []  # [event_id, name, start, thread, shapes, dtypes, module]
         self.module_stack: list[str] = []
@@ -127,9 +128,16 @@ class Recorder:
     def end_step(self, source: str, now: int) -> None:
         """A step ended (marked by ``source``)."""
         if source in EXPLICIT_STEP_SOURCES:
+            first_explicit = not self._explicit_steps
             self._explicit_steps = True
+            if first_explicit and self._last_source == "optimizer":
+                # the script marks its steps itself, just after optimizer.step() marked this
+                # boundary: the explicit mark confirms it rather than ending a sliver step
+                self._last_source = source
+                return
         elif self._explicit_steps and source == "optimizer":
             return  # the script marks its steps itself
+        self._last_source = source
         if self.recording:
             self.writer.append("steps", (self.step, self._step_start, now, source))
         self.step += 1
