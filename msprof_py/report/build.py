@@ -30,6 +30,10 @@ MAX_SPANS_PER_LANE = 20_000
 MAX_MEMORY_POINTS = 20_000
 #: step boundaries drawn as lines
 MAX_STEP_LINES = 500
+#: bars in the step-time chart; above this, runs of consecutive steps are averaged
+MAX_STEP_BARS = 500
+#: extra hover points along a lane's long spans (besides one per span, at its middle)
+HOVER_POINTS_PER_LANE = 2_000
 TOP_N = 15
 
 
@@ -80,6 +84,20 @@ def _bytes(n: Any) -> str:
             return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.2f} {unit}"
         v /= 1024
     return f"{v} B"
+
+
+def _step_list(steps: Any) -> str:
+    """Step numbers for the header: all of them when few, else their count and range."""
+    if not isinstance(steps, list | tuple):
+        return "-" if steps is None else str(steps)
+    if not steps:
+        return "none"
+    if len(steps) <= 12:
+        return ", ".join(str(s) for s in steps)
+    first, last = steps[0], steps[-1]
+    contiguous = isinstance(first, int) and list(steps) == list(range(first, first + len(steps)))
+    sep = "-" if contiguous else ", ..., "
+    return f"{len(steps):,} steps: {first}{sep}{last}"
 
 
 def _cell(v: Any) -> str:
@@ -162,27 +180,88 @@ def _host_hover(h: pd.DataFrame) -> pd.Series:
 
 
 def _aggregate(
-    start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Spans merged into ``bins`` time bins: (bin start, bin end, hover text)."""
+    start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int, origin: int = 0
+) -> pd.DataFrame:
+    """Level of detail for one lane: its spans merged into at most ``bins`` time bins.
+
+    The lane's time range ``[min start, max end]`` is cut into ``bins`` bins of equal width and
+    each span goes to the bin its start falls in. One row per non-empty bin, in time order:
+
+    - ``start``, ``end``: the earliest start and the latest end of the bin's spans, so every span
+      lies inside its bin's extent (an extent reaches past the bin's edge when a span does);
+    - ``spans``: how many spans (they add up to the lane's spans);
+    - ``span_ns``: the sum of their durations (adds up to the lane's total span time);
+    - ``busy_ns``: the length of the union of the bin's spans, at most ``end - start``; equal
+      to ``span_ns`` where spans do not overlap (a stream), less where they nest (the host);
+    - ``top``: the name with the most span time in the bin (ties: the one first in the lane);
+    - ``hover``: the hover text (names escaped; times in us from ``origin``).
+
+    ``attrs["width_ns"]``: the bins' width.
+
+    Vectorised: sorts and group-bys only, no Python loop per span.
+    """
+    start = np.asarray(start, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
     lo, hi = int(start.min()), int(end.max())
     width = max(1, math.ceil((hi - lo + 1) / bins))
-    idx = (start - lo) // width
-    df = pd.DataFrame({"b": idx, "s": start, "e": end, "d": end - start, "n": names})
-    g = df.groupby("b", sort=True)
-    agg = g.agg(s=("s", "min"), e=("e", "max"), d=("d", "sum"), c=("s", "size"))
-    top = df.groupby(["b", "n"], sort=False)["d"].sum().reset_index()
-    top = top.sort_values("d", ascending=False).drop_duplicates("b").set_index("b")["n"]
-    text = [
-        f"<b>{c:,} spans aggregated</b><br>busy: {d / 1e3:,.1f} us"
-        f"<br>most time: {html.escape(str(top.get(b, '')))}"
-        for b, c, d in zip(agg.index, agg["c"], agg["d"], strict=True)
+    b = (start - lo) // width
+    order = np.lexsort((start, b))
+    b, s, e = b[order], start[order], end[order]
+    codes, uniques = pd.factorize(pd.Series(np.asarray(names, dtype=object)[order]).fillna(""))
+    d = e - s
+    # union of each bin's spans: a new run starts where a span begins after every earlier
+    # span of its bin (sorted by start) has ended
+    reach = pd.Series(e).groupby(b).cummax().to_numpy()
+    first = np.r_[True, b[1:] != b[:-1]]
+    new_run = first | (s > np.r_[lo, reach[:-1]])
+    heads = np.flatnonzero(new_run)
+    run_len = np.maximum.reduceat(e, heads) - s[heads]
+    busy = pd.Series(run_len).groupby(b[heads]).sum()
+    g = pd.DataFrame({"b": b, "s": s, "e": e, "d": d}).groupby("b", sort=True)
+    agg = g.agg(start=("s", "min"), end=("e", "max"), spans=("s", "size"), span_ns=("d", "sum"))
+    agg["busy_ns"] = busy.reindex(agg.index).to_numpy()
+    by_name = pd.DataFrame({"b": b, "c": codes, "d": d}).groupby(["b", "c"], sort=True)["d"].sum()
+    by_name = by_name.reset_index().sort_values(["b", "d"], ascending=[True, False], kind="stable")
+    top = by_name.drop_duplicates("b").set_index("b")["c"]
+    agg["top"] = uniques.to_numpy()[top.reindex(agg.index).to_numpy()]
+    extent = (agg["end"] - agg["start"]).to_numpy()
+    share = np.divide(agg["busy_ns"].to_numpy(), extent, out=np.ones(len(agg)), where=extent > 0)
+    agg["hover"] = [
+        f"<b>{c:,} spans aggregated</b><br>{x / 1e3:,.1f} us to {y / 1e3:,.1f} us"
+        f"<br>busy: {u / 1e3:,.1f} us ({p * 100:.0f}% of the bin)"
+        f"<br>span time: {t / 1e3:,.1f} us<br>most time: {html.escape(str(n))}"
+        for x, y, c, t, u, p, n in zip(
+            agg["start"] - origin,
+            agg["end"] - origin,
+            agg["spans"],
+            agg["span_ns"],
+            agg["busy_ns"],
+            share,
+            agg["top"],
+            strict=True,
+        )
     ]
-    return agg["s"].to_numpy(), agg["e"].to_numpy(), text
+    out = agg.reset_index(drop=True)
+    out.attrs["width_ns"] = width
+    return out
+
+
+def _hover_points(s: np.ndarray, e: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where a lane's spans can be hovered: every span at its midpoint, long spans also at
+    evenly spaced points along them (at most about ``points`` extra points in the lane), so
+    the hover label shows near any part of a long span, not only near its middle.
+    Returns (x of each hover point, index of its span)."""
+    d = e - s
+    scale = max(float(e.max() - s.min()), float(d.sum()))
+    step = scale / points if scale > 0 else 1.0
+    k = np.clip(np.ceil(d / step), 1, points).astype(np.int64)
+    idx = np.repeat(np.arange(len(s)), k)
+    j = np.arange(len(idx)) - np.repeat(np.cumsum(k) - k, k)
+    x = s[idx] + (j + 0.5) * (d[idx] / k[idx])
+    return x, idx
 
 
 def _lane_traces(
-    fig: go.Figure,
     lane: str,
     start: np.ndarray,
     end: np.ndarray,
@@ -191,55 +270,88 @@ def _lane_traces(
     origin: int,
     color: str,
     notes: list[str],
-) -> None:
+) -> list[dict[str, Any]]:
+    """The traces of one lane (plain dicts: plotly's per-element validation of large arrays
+    is the slow part of building a figure): the spans as thick line segments, and hover
+    markers along them."""
     n = len(start)
     if n == 0:
-        return
+        return []
     if n > MAX_SPANS_PER_LANE:
-        start, end, hover = _aggregate(start, end, names, MAX_SPANS_PER_LANE // 2)
+        bins = MAX_SPANS_PER_LANE // 2
+        agg = _aggregate(start, end, names, bins, origin)
+        start, end, hover = agg["start"].to_numpy(), agg["end"].to_numpy(), agg["hover"]
         notes.append(
-            f"{lane}: {n:,} spans aggregated into {len(start):,} time bins "
-            f"(at most {MAX_SPANS_PER_LANE:,} spans per lane are drawn one by one)"
+            f"{lane}: {n:,} spans aggregated into {len(agg):,} time bins of "
+            f"{agg.attrs['width_ns'] / 1e3:,.3f} us"
+            f" (more than {MAX_SPANS_PER_LANE:,} spans in the lane); each bin is drawn from its "
+            "first span's start to its last span's end and its hover gives the spans, busy time "
+            "and the name with the most time; zooming does not split bins"
         )
-    s = (start - origin) / 1e3
-    e = (end - origin) / 1e3
+    s = np.round((np.asarray(start, dtype=np.int64) - origin) / 1e3, 3)
+    e = np.round((np.asarray(end, dtype=np.int64) - origin) / 1e3, 3)
     xs = np.empty(len(s) * 3)
     xs[0::3], xs[1::3], xs[2::3] = s, e, np.nan
-    ys = np.array([lane, lane, None] * len(s), dtype=object)
-    fig.add_trace(
-        go.Scattergl(
-            x=xs,
-            y=ys,
-            mode="lines",
-            line={"width": 14, "color": color},
-            hoverinfo="skip",
-            showlegend=False,
-            name=lane,
-        ),
-        row=1,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scattergl(
-            x=(s + e) / 2,
-            y=[lane] * len(s),
-            mode="markers",
-            marker={"size": 6, "color": color, "opacity": 0.35},
-            hovertext=list(hover),
-            hoverinfo="text",
-            showlegend=False,
-            name=lane,
-        ),
-        row=1,
-        col=1,
-    )
+    ys = np.full(len(xs), lane, dtype=object)
+    ys[2::3] = None
+    hx, idx = _hover_points(s, e, HOVER_POINTS_PER_LANE)
+    text = np.asarray(hover, dtype=object)[idx]
+    return [
+        {
+            "type": "scattergl",
+            "x": xs,
+            "y": ys,
+            "mode": "lines",
+            "line": {"width": 14, "color": color},
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "name": lane,
+            "xaxis": "x",
+            "yaxis": "y",
+        },
+        {
+            "type": "scattergl",
+            "x": np.round(hx, 3),
+            "y": np.full(len(hx), lane, dtype=object),
+            "mode": "markers",
+            "marker": {"size": 6, "color": color, "opacity": 0.35},
+            "hovertext": text,
+            "hoverinfo": "text",
+            "showlegend": False,
+            "name": lane,
+            "xaxis": "x",
+            "yaxis": "y",
+        },
+    ]
 
 
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
 
 
-def timeline(profile: Profile) -> tuple[go.Figure, list[str], list[str]]:
-    """The timeline figure, its lane names (top to bottom) and notes about aggregation."""
+def _step_lines(bounds: np.ndarray, xaxis: str, yaxis: str) -> dict[str, Any]:
+    """Step boundaries as one trace of vertical segments on an overlay axis spanning 0..1."""
+    xs = np.empty(len(bounds) * 3)
+    xs[0::3], xs[1::3], xs[2::3] = bounds, bounds, np.nan
+    ys = np.empty(len(bounds) * 3)
+    ys[0::3], ys[1::3], ys[2::3] = 0.0, 1.0, np.nan
+    return {
+        "type": "scatter",
+        "x": xs,
+        "y": ys,
+        "mode": "lines",
+        "line": {"width": 1, "dash": "dot", "color": "#444"},
+        "opacity": 0.6,
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "name": "step boundaries",
+        "xaxis": xaxis,
+        "yaxis": yaxis,
+    }
+
+
+def timeline(profile: Profile) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The timeline figure (plotly JSON), its lane names (top to bottom) and notes about
+    level of detail (what was aggregated or thinned out)."""
     tasks, host, mem, steps = profile.tasks, profile.host_events, profile.memory, profile.steps
     notes: list[str] = []
     starts = [df["start_ns"].min() for df in (tasks, host) if len(df)]
@@ -248,14 +360,14 @@ def timeline(profile: Profile) -> tuple[go.Figure, list[str], list[str]]:
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04
     )
+    traces: list[dict[str, Any]] = []
     lanes: list[str] = []
     for r in profile.ranks:
         prefix = f"rank {r} " if multi else ""
         h = host[(host["rank"] == r) & host["kind"].isin(["op", "sync", "python", "annotation"])]
         lane = f"{prefix}host"
         lanes.append(lane)
-        _lane_traces(
-            fig,
+        traces += _lane_traces(
             lane,
             h["start_ns"].to_numpy(),
             h["end_ns"].to_numpy(),
@@ -269,8 +381,7 @@ def timeline(profile: Profile) -> tuple[go.Figure, list[str], list[str]]:
         for i, (sid, ts) in enumerate(t.groupby("stream_id", sort=True)):
             lane = f"{prefix}stream {sid}"
             lanes.append(lane)
-            _lane_traces(
-                fig,
+            traces += _lane_traces(
                 lane,
                 ts["start_ns"].to_numpy(),
                 ts["end_ns"].to_numpy(),
@@ -280,67 +391,88 @@ def timeline(profile: Profile) -> tuple[go.Figure, list[str], list[str]]:
                 _COLORS[i % len(_COLORS)],
                 notes,
             )
-    # step boundaries
-    bounds = sorted(set(steps["start_ns"].tolist()) | set(steps["end_ns"].tolist()))
+    # step boundaries: one trace per row, on overlay axes y3 (over the lanes) and y4 (memory)
+    bounds = np.unique(np.concatenate([steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()]))
     if len(bounds) > MAX_STEP_LINES:
-        notes.append(f"{len(bounds):,} step boundaries: only the first {MAX_STEP_LINES} drawn")
-        bounds = bounds[:MAX_STEP_LINES]
-    for b in bounds:
-        fig.add_vline(
-            x=(b - origin) / 1e3, line={"width": 1, "dash": "dot", "color": "#444"}, opacity=0.6
+        k = math.ceil(len(bounds) / MAX_STEP_LINES)
+        notes.append(
+            f"{len(bounds):,} step boundaries: one in {k} drawn ({len(bounds[::k]):,} lines)"
         )
-    for row in steps.itertuples(index=False):
-        if len(steps) > 50:
-            break
-        fig.add_annotation(
-            x=((row.start_ns + row.end_ns) / 2 - origin) / 1e3,
-            y=1.0,
-            yref="paper",
-            text=f"step {row.step}",
-            showarrow=False,
-            font={"size": 10},
-            yanchor="bottom",
-        )
+        bounds = bounds[::k]
+    if len(bounds):
+        x = np.round((bounds - origin) / 1e3, 3)
+        traces += [_step_lines(x, "x", "y3"), _step_lines(x, "x2", "y4")]
+    annotations = (
+        [
+            {
+                "x": round(((row.start_ns + row.end_ns) / 2 - origin) / 1e3, 3),
+                "y": 1.0,
+                "xref": "x",
+                "yref": "paper",
+                "text": f"step {row.step}",
+                "showarrow": False,
+                "font": {"size": 10},
+                "yanchor": "bottom",
+            }
+            for row in steps.itertuples(index=False)
+        ]
+        if 0 < len(steps) <= 50
+        else []
+    )
     # memory
     for r in profile.ranks:
         m = mem[mem["rank"] == r].sort_values("time_ns")
         if m.empty:
             continue
         if len(m) > MAX_MEMORY_POINTS:
-            k = math.ceil(len(m) / MAX_MEMORY_POINTS)
-            keep = np.zeros(len(m), dtype=bool)
-            keep[::k] = True
-            keep[int(np.argmax(m["reserved"].to_numpy()))] = True
-            keep[int(np.argmax(m["allocated"].to_numpy()))] = True
-            notes.append(f"memory (rank {r}): {len(m):,} events down-sampled to {keep.sum():,}")
-            m = m[keep]
-        x = (m["time_ns"].to_numpy() - origin) / 1e3
+            total = len(m)
+            m = _thin_memory(m)
+            notes.append(f"memory (rank {r}): {total:,} events down-sampled to {len(m):,}")
+        x = np.round((m["time_ns"].to_numpy() - origin) / 1e3, 3)
         for col, dash in (("allocated", None), ("reserved", "dot")):
-            fig.add_trace(
-                go.Scattergl(
-                    x=x,
-                    y=m[col].to_numpy() / 2**20,
-                    mode="lines",
-                    line={"shape": "hv", "dash": dash},
-                    name=(f"rank {r} " if multi else "") + f"{col} MiB",
-                    hovertemplate="%{y:.2f} MiB at %{x:.1f} us<extra>" + col + "</extra>",
-                ),
-                row=2,
-                col=1,
+            traces.append(
+                {
+                    "type": "scattergl",
+                    "x": x,
+                    "y": np.round(m[col].to_numpy() / 2**20, 4),
+                    "mode": "lines",
+                    "line": {"shape": "hv", "dash": dash},
+                    "name": (f"rank {r} " if multi else "") + f"{col} MiB",
+                    "hovertemplate": "%{y:.2f} MiB at %{x:.1f} us<extra>" + col + "</extra>",
+                    "xaxis": "x2",
+                    "yaxis": "y2",
+                }
             )
     fig.update_yaxes(
         categoryorder="array", categoryarray=list(reversed(lanes)), type="category", row=1, col=1
     )
     fig.update_yaxes(title_text="MiB", row=2, col=1)
     fig.update_xaxes(title_text="time (us from the first event)", row=2, col=1)
+    overlay = {"range": [0, 1], "visible": False, "fixedrange": True, "showgrid": False}
     fig.update_layout(
         height=260 + 45 * len(lanes),
         margin={"l": 90, "r": 20, "t": 30, "b": 40},
         hovermode="closest",
         dragmode="zoom",
         legend={"orientation": "h", "y": -0.15},
+        yaxis3={**overlay, "overlaying": "y", "anchor": "x"},
+        yaxis4={**overlay, "overlaying": "y2", "anchor": "x2"},
     )
-    return fig, lanes, notes
+    out = fig.to_plotly_json()
+    out["data"] = traces
+    out["layout"]["annotations"] = annotations
+    return out, lanes, notes
+
+
+def _thin_memory(m: pd.DataFrame) -> pd.DataFrame:
+    """Memory events down-sampled to about :data:`MAX_MEMORY_POINTS` (every k-th event), the
+    peaks of allocated and reserved always kept."""
+    k = math.ceil(len(m) / MAX_MEMORY_POINTS)
+    keep = np.zeros(len(m), dtype=bool)
+    keep[::k] = True
+    keep[int(np.argmax(m["reserved"].to_numpy()))] = True
+    keep[int(np.argmax(m["allocated"].to_numpy()))] = True
+    return m[keep]
 
 
 # ---------------------------------------------------------------- other figures
@@ -373,30 +505,57 @@ def _top_ops(a: Any) -> go.Figure:
     return fig
 
 
-def _steps(a: Any) -> go.Figure:
+_STEP_COLUMNS = (
+    ("computing_ns", "computing", True),
+    ("comm_not_overlapped_ns", "communication (not overlapped)", True),
+    ("free_ns", "free (device idle)", True),
+    ("idle_data_loading_ns", "idle data loading", False),
+    ("idle_sync_ns", "idle sync", False),
+    ("idle_dispatch_ns", "idle dispatch", False),
+    ("idle_other_ns", "idle other", False),
+)
+
+
+def _step_groups(s: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """At most about :data:`MAX_STEP_BARS` bars per rank: runs of ``k`` consecutive steps
+    averaged (``k`` = 1 keeps every step). Returns (one row per bar: rank, first, last and
+    the mean of each step column, k)."""
+    cols = [c for c, _, _ in _STEP_COLUMNS if c in s]
+    s = s.sort_values(["rank", "step"] if "rank" in s else ["step"], kind="stable")
+    rank = s["rank"] if "rank" in s else pd.Series(0, index=s.index)
+    per_rank = int(rank.value_counts().max()) if len(s) else 0
+    k = max(1, math.ceil(per_rank / MAX_STEP_BARS))
+    pos = rank.groupby(rank).cumcount() // k
+    g = s.groupby([rank.to_numpy(), pos.to_numpy()], sort=True)
+    out = g[cols].mean()
+    out["first"] = g["step"].min()
+    out["last"] = g["step"].max()
+    out.index = out.index.set_names(["rank", "group"])
+    return out.reset_index(), k
+
+
+def _steps(a: Any) -> tuple[go.Figure, str]:
+    """Stacked bars per step (per run of consecutive steps when there are many) and a note
+    saying which."""
     s = a.step_breakdown["steps"]
     multi = "rank" in s and s["rank"].nunique() > 1
-    x = [
-        f"r{r} s{st}" if multi else f"step {st}" for r, st in zip(s["rank"], s["step"], strict=True)
-    ]
+    g, k = _step_groups(s)
+    note = ""
+    if k > 1:
+        note = f"{len(s):,} steps: each bar is the mean of {k} consecutive steps ({len(g):,} bars)"
+    first, last = g["first"].astype(int), g["last"].astype(int)
+    label = np.where(first == last, first.astype(str), first.astype(str) + "-" + last.astype(str))
+    prefix = "r" + g["rank"].astype(str) + " s" if multi else ("steps " if k > 1 else "step ")
+    x = (prefix + pd.Series(label)).tolist()
     fig = go.Figure()
-    for col, name in (
-        ("computing_ns", "computing"),
-        ("comm_not_overlapped_ns", "communication (not overlapped)"),
-        ("free_ns", "free (device idle)"),
-    ):
-        fig.add_trace(go.Bar(x=x, y=s[col] / 1e3, name=name))
-    for col in ("idle_data_loading_ns", "idle_sync_ns", "idle_dispatch_ns", "idle_other_ns"):
-        fig.add_trace(
-            go.Bar(
-                x=x,
-                y=s[col] / 1e3,
-                name=col.removesuffix("_ns").replace("_", " "),
-                visible="legendonly",
+    for col, name, shown in _STEP_COLUMNS:
+        if col in g:
+            fig.add_trace(
+                go.Bar(x=x, y=g[col] / 1e3, name=name, visible=True if shown else "legendonly")
             )
-        )
-    fig.update_layout(barmode="stack", yaxis_title="us", height=380, margin={"t": 20, "b": 40})
-    return fig
+    title = "us" if k == 1 else f"us (mean of {k} steps)"
+    fig.update_layout(barmode="stack", yaxis_title=title, height=380, margin={"t": 20, "b": 40})
+    return fig, note
 
 
 def _roofline(a: Any, device: str | None) -> tuple[go.Figure | None, str]:
@@ -483,12 +642,7 @@ def _memory(profile: Profile, a: Any) -> go.Figure | None:
     for r, m in tl.groupby("rank", sort=True):
         m = m.sort_values("time_ns")
         if len(m) > MAX_MEMORY_POINTS:
-            k = math.ceil(len(m) / MAX_MEMORY_POINTS)
-            keep = np.zeros(len(m), dtype=bool)
-            keep[::k] = True
-            keep[int(np.argmax(m["reserved"].to_numpy()))] = True
-            keep[int(np.argmax(m["allocated"].to_numpy()))] = True
-            m = m[keep]
+            m = _thin_memory(m)
         x = (m["time_ns"].to_numpy() - origin) / 1e3
         for col in ("allocated", "reserved"):
             fig.add_trace(
@@ -594,8 +748,8 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "status": ", ".join(f"rank {r}: {m.get('status', '?')}" for r, m in profile.meta.items()),
         "ranks": profile.ranks,
         "steps_total": int(steps["step"].nunique()) if len(steps) else 0,
-        "steps_analysed": a.profile.get("steps_analysed"),
-        "warmup_skipped": a.profile.get("warmup_skipped"),
+        "steps_analysed": _step_list(a.profile.get("steps_analysed")),
+        "warmup_skipped": _step_list(a.profile.get("warmup_skipped")),
         "start_time": str(meta.get("start_time", "")),
         "path": str(profile.path),
         "figures": figures,
@@ -642,20 +796,22 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
     tl, lanes, notes = timeline(profile)
     roof, roof_note = _roofline(a, device)
     mem = _memory(profile, a)
+    steps, steps_note = _steps(a)
     copy = a.copy
     context = {
         "header": _header(profile, a),
         "plotlyjs": plotly.offline.get_plotlyjs(),
         "figures": {
-            "timeline": _fig(tl),
+            "timeline": _json(tl),
             "top_ops": _fig(_top_ops(a)),
-            "steps": _fig(_steps(a)),
+            "steps": _fig(steps),
             "roofline": _fig(roof) if roof is not None else None,
             "memory": _fig(mem) if mem is not None else None,
         },
         "lanes": lanes,
         "lanes_json": _json(lanes),
         "timeline_notes": notes,
+        "steps_note": steps_note,
         "roof_note": roof_note,
         "top_by_name": _table(a.top_ops["by_name"], limit=TOP_N * 2),
         "top_by_type": _table(a.top_ops["by_type"], limit=TOP_N * 2),

@@ -11,8 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from report_helpers import CHROMIUM, open_report
 
 from msprof_py.profile import TABLES, Profile, load
+from msprof_py.profile.schema import default_row
 from msprof_py.report import write_report
 from msprof_py.report.command import report
 
@@ -28,7 +30,6 @@ SECTIONS = [
     "recommendations",
 ]
 HOSTILE = "<script>alert(1)</script>"
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -87,39 +88,49 @@ def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
     assert set(lanes) <= drawn
 
 
-def _hostile_profile(path: Path) -> Profile:
-    def frame(name: str, rows: list[dict]) -> pd.DataFrame:
-        cols = TABLES[name].names
-        df = pd.DataFrame(rows, columns=cols)
-        df.insert(0, "rank", 0)
-        return df
+def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame([{**default_row(name), **row} for row in rows], columns=TABLES[name].names)
+    df.insert(0, "rank", 0)
+    return df
 
-    task = {c: "" for c in TABLES["tasks"].names}
-    task.update(
-        task_id=0,
-        stream_id=0,
-        kind="kernel",
-        task_type="AI_VECTOR_CORE",
-        name=HOSTILE,
-        op_type="Add\"'><img src=x>",
-        block_dim=1,
-        launch_ns=100,
-        start_ns=200,
-        end_ns=1200,
-        wait_ns=0,
-        flops=1000.0,
-        bytes=4000,
-        input_shapes="8;8",
-        input_dtypes="float32;float32",
-        input_formats="ND;ND",
-        output_shapes="8",
-        output_dtypes="float32",
-        output_formats="ND",
-        pinned=False,
-        world_size=0,
-        host_op_id=0,
-        step=0,
-    )
+
+def _meta(command: str) -> dict[int, dict]:
+    return {
+        0: {
+            "command": command,
+            "device": "ascend910b",
+            "numerics": "cpu",
+            "host_time": "modeled",
+            "status": "completed",
+            "rank": 0,
+            "world_size": 1,
+        }
+    }
+
+
+def _hostile_profile(path: Path) -> Profile:
+    task = {
+        "task_id": 0,
+        "stream_id": 0,
+        "kind": "kernel",
+        "task_type": "AI_VECTOR_CORE",
+        "name": HOSTILE,
+        "op_type": "Add\"'><img src=x>",
+        "block_dim": 1,
+        "launch_ns": 100,
+        "start_ns": 200,
+        "end_ns": 1200,
+        "flops": 1000.0,
+        "bytes": 4000,
+        "input_shapes": "8;8",
+        "input_dtypes": "float32;float32",
+        "input_formats": "ND;ND",
+        "output_shapes": "8",
+        "output_dtypes": "float32",
+        "output_formats": "ND",
+        "host_op_id": 0,
+        "step": 0,
+    }
     host = {
         "event_id": 0,
         "kind": "op",
@@ -128,13 +139,10 @@ def _hostile_profile(path: Path) -> Profile:
         "end_ns": 150,
         "thread": 1,
         "stream_id": -1,
-        "task_id": -1,
-        "parent_id": -1,
         "step": 0,
         "input_shapes": "8;8",
         "input_dtypes": "float32;float32",
         "module": "M/</script><b>x",
-        "sequence": -1,
     }
     mem = {
         "time_ns": 50,
@@ -144,29 +152,17 @@ def _hostile_profile(path: Path) -> Profile:
         "allocated": 512,
         "reserved": 2048,
         "active": 512,
-        "stream_id": 0,
         "tag": HOSTILE,
         "step": 0,
     }
     steps = {"step": 0, "start_ns": 0, "end_ns": 1500, "source": "optimizer"}
     tables = {
-        "tasks": frame("tasks", [task]),
-        "host_events": frame("host_events", [host]),
-        "memory": frame("memory", [mem]),
-        "steps": frame("steps", [steps]),
+        "tasks": _frame("tasks", [task]),
+        "host_events": _frame("host_events", [host]),
+        "memory": _frame("memory", [mem]),
+        "steps": _frame("steps", [steps]),
     }
-    meta = {
-        0: {
-            "command": f"python \"evil.py\" --name='{HOSTILE}'",
-            "device": "ascend910b",
-            "numerics": "cpu",
-            "host_time": "modeled",
-            "status": "completed",
-            "rank": 0,
-            "world_size": 1,
-        }
-    }
-    return Profile(path, meta, tables)
+    return Profile(path, _meta(f"python \"evil.py\" --name='{HOSTILE}'"), tables)
 
 
 def test_hostile_names_escaped(tmp_path: Path) -> None:
@@ -192,31 +188,23 @@ def test_command(run_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt: chromium)")
-def test_browser(report_file: Path, tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip package playwright missing")
-    errors: list[str] = []
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-    args.append("--disable-background-networking")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_() if route.request.url.startswith("file://") else route.abort()
-                ),
-            )
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(report_file.as_uri())
-            page.wait_for_selector("#fig-timeline .main-svg", timeout=20_000)
-            for section in SECTIONS:
-                assert page.locator(f"section#{section}").is_visible(), section
-            for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
-                assert page.locator(f"#{fig} .main-svg").count() > 0, fig
-            page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
-        finally:
-            browser.close()
-    assert errors == []
-    assert (tmp_path / "report.png").stat().st_size > 0
+def test_browser(run_dir: Path, report_file: Path, tmp_path: Path) -> None:
+    pytest.importorskip("playwright.sync_api", reason="pip package playwright missing")
+    profile = load(run_dir)
+    origin = min(profile.tasks["start_ns"].min(), profile.host_events["start_ns"].min())
+    t = profile.tasks[profile.tasks["stream_id"] == profile.tasks["stream_id"].min()]
+    longest = t.loc[(t["end_ns"] - t["start_ns"]).idxmax()]
+    span = (
+        f"stream {longest['stream_id']}",
+        (longest["start_ns"] - origin) / 1e3,
+        (longest["end_ns"] - origin) / 1e3,
+    )
+    shot = tmp_path / "report.png"
+    seen = open_report(report_file, timeout_ms=20_000, screenshot=shot, hover_span=span)
+    assert seen["errors"] == []
+    assert set(SECTIONS) <= set(seen["page"]["sections"])
+    for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
+        assert fig in seen["page"]["figures"], fig
+    # hover works away from a span's middle: near the start of the longest kernel, zoomed in
+    assert seen["span_hover"] and str(longest["name"]) in seen["span_hover"]
+    assert shot.stat().st_size > 0

@@ -1,0 +1,212 @@
+"""Level of detail in the report: lanes aggregated into time bins, hover points along long spans,
+thinned step lines and step bars; their invariants, by hand and on random spans."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_helpers import synthetic_profile
+
+from msprof_py.report import build, write_report
+from msprof_py.report.build import _aggregate, _hover_points, _lane_traces, _step_groups, _steps
+
+
+def _spans(rows: list[tuple[int, int, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    start = np.array([r[0] for r in rows], dtype=np.int64)
+    end = np.array([r[1] for r in rows], dtype=np.int64)
+    names = np.array([r[2] for r in rows], dtype=object)
+    return start, end, names
+
+
+def test_aggregate_by_hand() -> None:
+    # range 0..100 -> 101 ns in 4 bins of ceil(101 / 4) = 26 ns: [0, 26) [26, 52) [52, 78) [78,)
+    start, end, names = _spans(
+        [
+            (0, 10, "a"),
+            (5, 8, "b"),  # nested in a: adds span time, not busy time
+            (12, 20, "c"),
+            (30, 35, "d"),
+            (90, 100, "e"),
+        ]
+    )
+    agg = _aggregate(start, end, names, bins=4)
+    assert agg.attrs["width_ns"] == 26
+    assert agg[["start", "end", "spans", "span_ns", "busy_ns", "top"]].to_dict("records") == [
+        {"start": 0, "end": 20, "spans": 3, "span_ns": 21, "busy_ns": 18, "top": "a"},
+        {"start": 30, "end": 35, "spans": 1, "span_ns": 5, "busy_ns": 5, "top": "d"},
+        {"start": 90, "end": 100, "spans": 1, "span_ns": 10, "busy_ns": 10, "top": "e"},
+    ]
+    assert agg["hover"][0] == (
+        "<b>3 spans aggregated</b><br>0.0 us to 0.0 us<br>busy: 0.0 us (90% of the bin)"
+        "<br>span time: 0.0 us<br>most time: a"
+    )
+
+
+def test_aggregate_span_reaching_past_its_bin() -> None:
+    # the span starting at 20 belongs to bin 0 ([0, 26)) and ends in bin 2: bin 0's extent
+    # reaches to 60, so it covers the span, and overlaps bin 1's extent
+    start, end, names = _spans([(0, 5, "x"), (20, 60, "long"), (30, 40, "y"), (100, 101, "z")])
+    agg = _aggregate(start, end, names, bins=4)
+    rows = agg[["start", "end", "spans", "span_ns", "busy_ns", "top"]].to_dict("records")
+    assert rows == [
+        {"start": 0, "end": 60, "spans": 2, "span_ns": 45, "busy_ns": 45, "top": "long"},
+        {"start": 30, "end": 40, "spans": 1, "span_ns": 10, "busy_ns": 10, "top": "y"},
+        {"start": 100, "end": 101, "spans": 1, "span_ns": 1, "busy_ns": 1, "top": "z"},
+    ]
+
+
+def test_aggregate_ties_and_escaping() -> None:
+    # equal time: the name seen first in the lane wins; names are escaped in the hover text
+    start, end, names = _spans([(0, 4, "<b>first</b>"), (4, 8, "second"), (8, 9, None)])
+    agg = _aggregate(start, end, names, bins=1)
+    assert agg["top"].tolist() == ["<b>first</b>"]
+    assert "most time: &lt;b&gt;first&lt;/b&gt;" in agg["hover"][0]
+    assert "<b>first" not in agg["hover"][0]
+    assert "(100% of the bin)" in agg["hover"][0]
+
+
+def test_aggregate_zero_length_spans_and_one_bin_per_ns() -> None:
+    start, end, names = _spans([(7, 7, "a"), (7, 7, "b"), (9, 9, "c")])
+    agg = _aggregate(start, end, names, bins=100)  # range of 3 ns: bins of 1 ns
+    assert agg.attrs["width_ns"] == 1
+    assert agg["spans"].tolist() == [2, 1]
+    assert agg["busy_ns"].tolist() == [0, 0]
+    assert "(100% of the bin)" in agg["hover"][0]
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> int:
+    total, reach = 0, None
+    for a, b in sorted(zip(s.tolist(), e.tolist(), strict=True)):
+        if reach is None or a > reach:
+            total += b - a
+            reach = b
+        elif b > reach:
+            total += b - reach
+            reach = b
+    return total
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_aggregate_invariants_on_random_spans(nested: bool) -> None:
+    rng = np.random.default_rng(7 + nested)
+    n, bins = 3_000, 64
+    if nested:  # host-like: spans overlap and nest
+        start = rng.integers(0, 1_000_000, n)
+        end = start + rng.integers(0, 50_000, n)
+    else:  # stream-like: back to back with gaps, in order
+        dur = rng.integers(1, 400, n)
+        gap = rng.integers(0, 300, n)
+        start = np.cumsum(dur + gap) - dur
+        end = start + dur
+    names = rng.choice(np.array(["mm", "add", "conv", "relu"], dtype=object), n)
+    agg = _aggregate(start, end, names, bins)
+    width = agg.attrs["width_ns"]
+    lo = int(start.min())
+    assert len(agg) <= bins
+    assert agg["start"].is_monotonic_increasing
+    # every span counted once; span time conserved
+    assert agg["spans"].sum() == n
+    assert agg["span_ns"].sum() == (end - start).sum()
+    # every span inside its bin's extent
+    b = (start - lo) // width
+    row = pd.Series(np.arange(len(agg)), index=(agg["start"] - lo) // width)
+    r = row.loc[b].to_numpy()
+    assert (agg["start"].to_numpy()[r] <= start).all()
+    assert (agg["end"].to_numpy()[r] >= end).all()
+    # busy time: the union of each bin's spans, brute force
+    for i, (key, idx) in enumerate(pd.Series(np.arange(n)).groupby(b)):
+        assert agg["busy_ns"][i] == _union(start[idx], end[idx]), key
+        assert agg["top"][i] == pd.Series(end[idx] - start[idx]).groupby(names[idx]).sum().idxmax()
+    assert (agg["busy_ns"] <= agg["end"] - agg["start"]).all()
+    assert (agg["busy_ns"] <= agg["span_ns"]).all()
+    if not nested:
+        assert (agg["busy_ns"] == agg["span_ns"]).all()
+        assert agg["busy_ns"].sum() == _union(start, end)
+
+
+def test_hover_points() -> None:
+    s = np.array([0.0, 10.0, 11.0, 500.0])
+    e = np.array([10.0, 11.0, 11.0, 1000.0])
+    x, idx = _hover_points(s, e, points=100)  # step = max(1000, 511) / 100 = 10
+    assert np.bincount(idx).tolist() == [1, 1, 1, 50]
+    assert x[:3].tolist() == [5.0, 10.5, 11.0]  # short spans: their midpoint
+    long = np.sort(x[idx == 3])
+    assert long[0] == 505 and long[-1] == 995 and np.allclose(np.diff(long), 10)
+    assert ((x >= s[idx]) & (x <= e[idx])).all()
+
+
+def test_hover_points_bounded() -> None:
+    rng = np.random.default_rng(3)
+    s = rng.uniform(0, 1e6, 5_000)
+    e = s + rng.exponential(2e4, 5_000)
+    x, idx = _hover_points(s, e, points=2_000)
+    assert len(x) <= len(s) + 2_000
+    assert set(idx.tolist()) == set(range(len(s)))
+    assert ((x >= s[idx]) & (x <= e[idx])).all()
+
+
+def test_lane_traces_aggregate_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "MAX_SPANS_PER_LANE", 100)
+    monkeypatch.setattr(build, "HOVER_POINTS_PER_LANE", 50)  # one point per 3 us: per bin
+    start = np.arange(0, 150_000, 1_000, dtype=np.int64)  # 150 spans of 999 ns
+    end = start + 999  # range 0..149,999: 50 bins of 3,000 ns
+    names = np.array(["k"] * len(start), dtype=object)
+    notes: list[str] = []
+    lines, markers = _lane_traces("stream 3", start, end, None, names, 0, "#000", notes)
+    assert len(notes) == 1
+    assert notes[0].startswith("stream 3: 150 spans aggregated into 50 time bins of 3.000 us")
+    assert len(lines["x"]) == 3 * 50  # start, end, gap per bin
+    assert len(markers["x"]) == 50 and all("3 spans aggregated" in t for t in markers["hovertext"])
+    # under the limit: one segment and one hover point per span, no note
+    lines, markers = _lane_traces(
+        "stream 3", start[:100], end[:100], ["h"] * 100, names, 0, "#000", notes
+    )
+    assert len(notes) == 1 and len(lines["x"]) == 300 and len(markers["x"]) == 100
+
+
+def test_step_groups() -> None:
+    n = 1_234
+    s = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": np.arange(n),
+            "computing_ns": np.arange(n) * 10.0,
+            "comm_not_overlapped_ns": 0.0,
+            "free_ns": 5.0,
+        }
+    )
+    g, k = _step_groups(s)
+    assert k == 3 and len(g) == 412  # ceil(1234 / 500) = 3 steps a bar
+    assert g[["first", "last", "computing_ns"]].iloc[0].tolist() == [0, 2, 10.0]
+    assert g[["first", "last", "computing_ns"]].iloc[-1].tolist() == [1233, 1233, 12330.0]
+    fig, note = _steps(SimpleNamespace(step_breakdown={"steps": s}))
+    assert note == "1,234 steps: each bar is the mean of 3 consecutive steps (412 bars)"
+    assert fig.data[0].x[0] == "steps 0-2" and fig.data[0].x[-1] == "steps 1233"
+    g, k = _step_groups(s.head(10))
+    assert k == 1 and g["first"].tolist() == list(range(10))
+    fig, note = _steps(SimpleNamespace(step_breakdown={"steps": s.head(10)}))
+    assert note == "" and fig.data[0].x[0] == "step 0"
+
+
+def test_large_report_says_what_was_aggregated(tmp_path: Path) -> None:
+    profile = synthetic_profile(tmp_path, 120_000)  # 600 steps of 200 tasks
+    out = write_report(profile, tmp_path / "r.html")
+    text = out.read_text(encoding="utf-8")
+    notes = re.findall(r'<p class="note">Level of detail: (.*?)</p>', text)
+    assert any(n.startswith("host: 120,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 0: 96,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 1: 24,000 spans aggregated into ") for n in notes)
+    assert "601 step boundaries: one in 2 drawn (301 lines)" in notes
+    # step 0 is left out as warm-up
+    assert "599 steps: each bar is the mean of 2 consecutive steps (300 bars)" in notes
+    assert "(analysed 599 steps: 1-599, warm-up skipped 0)" in text  # not 599 numbers
+    fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
+    spans = [t for t in fig["data"] if t.get("mode") == "lines" and t["type"] == "scattergl"]
+    assert all(len(t["x"]) <= 3 * build.MAX_SPANS_PER_LANE // 2 for t in spans)
+    assert out.stat().st_size < 15 * 2**20
