@@ -161,6 +161,8 @@ def _task_hover(t: pd.DataFrame) -> pd.Series:
 
 
 def _host_hover(h: pd.DataFrame) -> pd.Series:
+    if h.empty:
+        return pd.Series([], index=h.index, dtype=object)
     dur = (h["end_ns"] - h["start_ns"]) / 1e3
     return (
         "<b>"
@@ -690,9 +692,9 @@ def _ranks(profile: Profile, a: Any) -> dict[str, Any] | None:
     )
     copy = pd.DataFrame(a.copy["summary"])
     mem = pd.DataFrame(a.memory["summary"])
-    if len(copy):
+    if "copy_ratio" in copy.columns:
         g = g.join(copy.set_index("rank")[["copy_ratio"]], how="left")
-    if len(mem):
+    if "peak_reserved" in mem.columns:  # ranks without memory events have none
         g = g.join(mem.set_index("rank")[["peak_reserved"]], how="left")
     g = g.reset_index()
     fig = go.Figure()

@@ -175,6 +175,46 @@ def test_hostile_names_escaped(tmp_path: Path) -> None:
     assert "&#34;evil.py&#34;" in text or "&quot;evil.py&quot;" in text
 
 
+def _lockstep_rank(rank: int, compute_ns: int, wait_ns: int) -> dict[str, pd.DataFrame]:
+    """One rank of a 2-rank data-parallel run: 3 steps of 20 us; the all-reduce ends at 18 us
+    on both ranks, the fast rank waits inside it."""
+    tasks, steps = [], []
+    for i in range(3):
+        t0 = i * 20_000
+        steps.append({"step": i, "start_ns": t0, "end_ns": t0 + 20_000, "source": "optimizer"})
+        common = {"step": i, "launch_ns": t0, "block_dim": 1}
+        tasks.append(
+            {**common, "task_id": 2 * i, "kind": "kernel", "task_type": "AI_CORE",
+             "op_type": "MatMul", "name": "aten::mm", "start_ns": t0, "end_ns": t0 + compute_ns}
+        )  # fmt: skip
+        tasks.append(
+            {**common, "task_id": 2 * i + 1, "stream_id": 1, "kind": "collective",
+             "task_type": "HCCL", "op_type": "allreduce", "name": "hcom_allreduce_",
+             "collective": "allreduce", "world_size": 2, "bytes": 1000,
+             "start_ns": t0 + compute_ns, "end_ns": t0 + 18_000, "notify_wait_ns": wait_ns}
+        )  # fmt: skip
+    tables = {"tasks": _frame("tasks", tasks), "steps": _frame("steps", steps)}
+    for name in ("host_events", "memory"):  # none recorded: empty, with the schema's dtypes
+        tables[name] = TABLES[name].schema.empty_table().to_pandas()
+        tables[name].insert(0, "rank", 0)
+    for df in tables.values():
+        df["rank"] = rank
+    return tables
+
+
+def test_multi_rank_report_names_the_slow_rank(tmp_path: Path) -> None:
+    ranks = [_lockstep_rank(0, 10_000, 6_000), _lockstep_rank(1, 16_000, 0)]
+    tables = {k: pd.concat([r[k] for r in ranks], ignore_index=True) for k in ranks[0]}
+    meta = {r: {**_meta("torchrun train.py")[0], "rank": r, "world_size": 2} for r in (0, 1)}
+    out = write_report(Profile(tmp_path, meta, tables), tmp_path / "r.html")
+    text = out.read_text(encoding="utf-8")
+    assert 'id="ranks"' in text
+    # rank 1 works 20 us per step, rank 0 14 us (20 minus its 6 us wait): mean 17 us, +17.6%
+    assert "Slow rank: rank 1</strong>" in text
+    assert "works 20.0 us per step" in text and "+17.6%" in text
+    assert "wait 6.0 us per step" in text and "largest excess: compute" in text
+
+
 def test_command(run_dir: Path, tmp_path: Path) -> None:
     target = tmp_path / "out.html"
     res = CliRunner().invoke(report, [str(run_dir), "-o", str(target)])
