@@ -13,14 +13,13 @@ analysis = rec.analyze()
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msprof_py.analyzers import Analysis, analyze
 from msprof_py.profile import Profile, ProfileError, load
 
 if TYPE_CHECKING:
-    from msprof_py.collectors.inprocess import Recording
+    from msprof_py.collectors.inprocess import record
 
 __version__ = "0.1.0"
 __all__ = [
@@ -49,29 +48,11 @@ def annotate(name: str) -> AbstractContextManager[None]:
     return _annotate(name)
 
 
-def record(
-    output: str | Path | None = None,
-    *,
-    device: str | Path | None = None,
-    numerics: str | None = None,
-    host_time: str | None = None,
-    warmup: int = 0,
-    iteration: int | None = None,
-    export: bool = False,
-    settle: bool = True,
-) -> Recording:
-    """Record the code inside ``with msprof_py.record() as rec:`` on the simulated npu device
-    (in this process, as often as needed); then ``rec.load()`` / ``rec.analyze()``.
-    See :func:`msprof_py.collectors.inprocess.record`."""
-    from msprof_py.collectors.inprocess import record as _record
+def __getattr__(name: str) -> Any:
+    """``msprof_py.record``: :func:`msprof_py.collectors.inprocess.record`, imported on first
+    use (it needs torch; loading and analysing profiles does not)."""
+    if name == "record":
+        from msprof_py.collectors.inprocess import record
 
-    return _record(
-        output,
-        device=device,
-        numerics=numerics,
-        host_time=host_time,
-        warmup=warmup,
-        iteration=iteration,
-        export=export,
-        settle=settle,
-    )
+        return record
+    raise AttributeError(f"module 'msprof_py' has no attribute {name!r}")

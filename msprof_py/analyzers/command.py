@@ -27,6 +27,15 @@ class AnalyzeError(click.ClickException):
         super().__init__(" ".join(str(message).split()))  # always one line
 
 
+#: ``--warmup N``, shared by the commands that analyse a profile
+warmup_option = click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Leave out this many first training steps (default: 1 when there are 2 or more).",
+)
+
+
 @click.command("analyze")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
 @click.option(
@@ -44,12 +53,7 @@ class AnalyzeError(click.ClickException):
     metavar="OUTDIR",
     help="Write every table as CSV into OUTDIR.",
 )
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Leave out this many first training steps (default: 1 when there are 2 or more).",
-)
+@warmup_option
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),

@@ -124,15 +124,9 @@ def check_absolute(
     return checks
 
 
-@dataclass(frozen=True)
-class Relative:
-    """What a relative budget key checks: the figure it compares with the baseline's."""
-
-    figure: str
-    unit: str
-    ceiling: bool = True
-    description: str = ""
-
+#: what a relative budget key checks: the figure compared with the baseline's (for a floor,
+#: the allowed drop)
+Relative = Limit
 
 #: relative budget keys (growth allowed against a baseline; a drop for floors) -> figure
 RELATIVE: dict[str, Relative] = {

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from msprof_py.analyzers.command import warmup_option
 from msprof_py.profile import ProfileError
 
 
@@ -86,12 +87,7 @@ def _warn(messages: list[str]) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON, not a table.")
 @click.option("--rank", type=int, default=None, help="Check this rank only (default: every rank).")
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Leave out this many first training steps (default: 1 when there are 2 or more).",
-)
+@warmup_option
 @click.option(
     "--force",
     is_flag=True,
@@ -209,12 +205,7 @@ def gate(
     is_flag=True,
     help="Compare profiles of different devices, ranks or step counts anyway.",
 )
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Leave out this many first training steps (default: 1 when there are 2 or more).",
-)
+@warmup_option
 @click.option(
     "--top",
     type=click.IntRange(min=1),
