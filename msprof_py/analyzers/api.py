@@ -74,17 +74,18 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def resolve(path: str | Path) -> Profile:
-    """Load ``path``; a folder holding exactly one run folder (``msprof --output``) works too."""
+def resolve(path: str | Path, **how: Any) -> Profile:
+    """Load ``path``; a folder holding exactly one run folder (``msprof --output``) works too.
+    ``how``: :func:`msprof_py.load`'s keywords."""
     path = Path(path)
     try:
-        return load(path)
+        return load(path, **how)
     except ProfileError:
         if not path.is_dir():
             raise
         runs = sorted(p for p in path.iterdir() if p.is_dir() and _loads(p))
         if len(runs) == 1:
-            return load(runs[0])
+            return load(runs[0], **how)
         if len(runs) > 1:
             names = ", ".join(p.name for p in runs)
             raise ProfileError(f"{path}: several runs here ({names}); name one") from None
@@ -113,7 +114,8 @@ def analyze(
     """
     loaded_here = not isinstance(profile, Profile)
     if loaded_here:
-        profile = resolve(profile)
+        # strings as categoricals, as analysed, and only the columns the analyses read
+        profile = resolve(profile, categorical=True, columns=context.READ_COLUMNS)
     if not profile.ranks:
         raise ProfileError(f"{profile.path}: the profile has no ranks")
     if rank is not None and rank not in profile.ranks:

@@ -34,6 +34,9 @@ from msprof_py.device.costmodel import cube_dtype
 from msprof_py.device.spec import DeviceSpec, SpecError
 
 CLASSES = ("compute-bound", "memory-bound", "overhead-bound")
+#: every ``bound`` label (``unknown`` without a device spec), sorted: the categories of the
+#: column, so that grouping by it orders as grouping the strings would
+BOUNDS = tuple(sorted((*CLASSES, "unknown")))
 DENSITY_COLUMNS = [
     "rank",
     "name",
@@ -88,11 +91,14 @@ def peak_rates(spec: DeviceSpec, task_type: str, dtype: str) -> tuple[float, flo
 
 
 def kernel_rates(data: RankData) -> pd.DataFrame:
-    """The analysed kernels with ``peak``, ``ceiling`` (achievable) FLOP/s and ``bound``."""
+    """The analysed kernels (the columns :func:`density` groups by, ``flops``, ``bytes`` and
+    ``duration_ns``) with ``peak``, ``ceiling`` (achievable) FLOP/s and ``bound`` (categorical:
+    no string per row)."""
     cached = data.cache.get("kernel_rates")
     if cached is not None:
         return cached
-    k = data.kernels
+    keys = ["name", "op_type", "task_type", "input_shapes", "input_dtypes"]
+    k = data.kernel_columns([*keys, "flops", "bytes", "duration_ns"])
     dtype = shapes.first_dtype(k["input_dtypes"])
     codes, uniques = shapes.factorize(k["task_type"], dtype)
     spec = data.spec
@@ -112,14 +118,16 @@ def kernel_rates(data: RankData) -> pd.DataFrame:
         with np.errstate(divide="ignore", invalid="ignore"):
             t_compute = np.where(aicpu, dur - sched, np.nan_to_num(flops / ach * 1e9))
             t_memory = np.where(aicpu, 0.0, nbytes / bw * 1e9)
-        bound = np.where(
+        code = np.array([BOUNDS.index(c) for c in CLASSES], dtype=np.int8)
+        bound_codes = np.where(
             np.maximum(t_compute, t_memory) < sched,
-            CLASSES[2],
-            np.where(t_compute >= t_memory, CLASSES[0], CLASSES[1]),
+            code[2],
+            np.where(t_compute >= t_memory, code[0], code[1]),
         )
     else:
-        bound = np.full(len(k), "unknown", dtype=object)
-    out = k.assign(dtype=dtype.to_numpy(), peak=peak, ceiling=ach, bound=bound)
+        bound_codes = np.full(len(k), BOUNDS.index("unknown"), dtype=np.int8)
+    bound = pd.Categorical.from_codes(bound_codes, categories=list(BOUNDS))
+    out = k.assign(peak=peak, ceiling=ach, bound=bound)
     data.cache["kernel_rates"] = out
     return out
 
@@ -156,6 +164,7 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
     out["peak_tflops"] = out["peak"] / 1e12
     out["utilisation"] = out["achieved_tflops"] / out["peak_tflops"]
     out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["bound"] = out["bound"].astype(str)
     out.insert(0, "rank", data.rank)
     return out[DENSITY_COLUMNS].reset_index(drop=True)
 
@@ -163,9 +172,14 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
 def by_class(data: RankData) -> pd.DataFrame:
     """Kernel count and time per roofline class."""
     k = kernel_rates(data)
-    g = k.groupby("bound")["duration_ns"].agg(["size", "sum"])
+    g = k.groupby("bound", observed=True)["duration_ns"].agg(["size", "sum"])
     out = pd.DataFrame(
-        {"rank": data.rank, "bound": g.index, "kernels": g["size"], "total_ns": g["sum"]}
+        {
+            "rank": data.rank,
+            "bound": g.index.astype(str),
+            "kernels": g["size"],
+            "total_ns": g["sum"],
+        }
     ).reset_index(drop=True)
     out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
     return out.sort_values("total_ns", ascending=False)[CLASS_COLUMNS].reset_index(drop=True)
@@ -188,7 +202,7 @@ def _busy_per_step(data: RankData, mask: np.ndarray) -> np.ndarray:
 
 def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> np.ndarray:
     tasks = data.tasks
-    sel = tasks[tasks["task_type"].isin(types)]
+    sel = tasks.loc[tasks["task_type"].isin(types), ["duration_ns", "block_dim", "step"]]
     weight = sel["duration_ns"] * sel["block_dim"].clip(lower=1, upper=cores) / cores
     per = weight.groupby(sel["step"]).sum()
     return per.reindex(data.steps["step"]).fillna(0).to_numpy()
@@ -197,14 +211,14 @@ def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> n
 def utilisation(data: RankData) -> pd.DataFrame:
     """Device, cube and vector utilisation per analysed step."""
     tasks = data.all_tasks
-    kind = tasks["kind"].to_numpy()
-    tt = tasks["task_type"].to_numpy()
+    kind, tt = tasks["kind"], tasks["task_type"]  # compared as categoricals: no string per row
+    kernel = (kind == KERNEL).to_numpy()
     step_ns = data.steps["duration_ns"].to_numpy(dtype=float)
     safe = np.where(step_ns > 0, step_ns, np.nan)
-    busy = _busy_per_step(data, np.isin(kind, (KERNEL, COLLECTIVE)))
-    cube = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, CUBE_TYPES))
-    vector = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, VECTOR_TYPES))
-    aicpu = _busy_per_step(data, (kind == KERNEL) & np.isin(tt, AICPU_TYPES))
+    busy = _busy_per_step(data, kind.isin((KERNEL, COLLECTIVE)).to_numpy())
+    cube = _busy_per_step(data, kernel & tt.isin(CUBE_TYPES).to_numpy())
+    vector = _busy_per_step(data, kernel & tt.isin(VECTOR_TYPES).to_numpy())
+    aicpu = _busy_per_step(data, kernel & tt.isin(AICPU_TYPES).to_numpy())
     spec = data.spec
     cube_cores = spec.cube.cores if spec is not None else 1
     vector_cores = spec.vector.cores if spec is not None else 1

@@ -18,6 +18,7 @@ import pandas as pd
 
 from msprof_py.device.spec import DeviceSpec, SpecError
 from msprof_py.profile import Profile
+from msprof_py.profile.schema import TABLES
 
 #: task kinds that are device compute (msprof "Computing")
 KERNEL = "kernel"
@@ -28,6 +29,29 @@ VECTOR_TYPES = ("AI_VECTOR_CORE",)
 AICPU_TYPES = ("AI_CPU",)
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "duration_ns", "dev_start_ns", "dev_end_ns"]
+#: columns of the profile no analysis reads: ``analyze(path)`` does not load them
+UNREAD_COLUMNS = {
+    "tasks": ("stream_id",),
+    "host_events": ("stream_id", "sequence"),
+    "memory": ("address", "active", "stream_id", "tag"),
+}
+#: per table, the columns ``analyze(path)`` loads (every other)
+READ_COLUMNS = {
+    name: [c for c in table.names if c not in UNREAD_COLUMNS.get(name, ())]
+    for name, table in TABLES.items()
+}
+#: the columns of the host ops the analyses read (:attr:`RankData.all_host_ops`)
+OP_COLUMNS = [
+    "event_id",
+    "name",
+    "module",
+    "thread",
+    "step",
+    "start_ns",
+    "end_ns",
+    "input_shapes",
+    "input_dtypes",
+]
 
 
 @dataclass
@@ -35,7 +59,9 @@ class RankData:
     """One rank, narrowed to the analysed steps (times in ns).
 
     ``tasks``/``host``/``memory`` hold the rows of the analysed steps; ``all_tasks`` etc. the
-    whole recording. ``tasks`` has a ``duration_ns`` column.
+    whole recording. ``tasks`` has a ``duration_ns`` column. ``offsets``: where the analysed
+    rows are one run of the whole recording's rows (they share its memory), the position of
+    the first, per table (``"tasks"``, ``"host"``, ``"memory"``).
     """
 
     rank: int
@@ -52,6 +78,7 @@ class RankData:
     all_host: pd.DataFrame
     all_memory: pd.DataFrame
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    offsets: dict[str, int] = field(default_factory=dict, repr=False)
 
     @property
     def n_steps(self) -> int:
@@ -68,26 +95,64 @@ class RankData:
         """Mean host duration of an analysed step."""
         return self.step_time_ns / self.n_steps
 
-    def _subset(self, key: str, frame: pd.DataFrame, mask: Any) -> pd.DataFrame:
+    def _subset(self, key: str, frame: pd.DataFrame, column: str, value: str) -> pd.DataFrame:
         cached = self.cache.get(key)
         if cached is None:
-            cached = self.cache[key] = frame[mask]
+            cached = self.cache[key] = frame[frame[column] == value]
         return cached
 
     @property
     def kernels(self) -> pd.DataFrame:
-        """The analysed tasks of kind ``kernel``."""
-        return self._subset("kernels", self.tasks, self.tasks["kind"] == KERNEL)
+        """The analysed tasks of kind ``kernel`` (every column: a copy of most of ``tasks``;
+        :meth:`kernel_columns` copies only what an analysis reads)."""
+        return self._subset("kernels", self.tasks, "kind", KERNEL)
+
+    @property
+    def kernel_mask(self) -> np.ndarray:
+        """True for the rows of ``tasks`` of kind ``kernel``."""
+        mask = self.cache.get("kernel_mask")
+        if mask is None:
+            mask = self.cache["kernel_mask"] = (self.tasks["kind"] == KERNEL).to_numpy()
+        return mask
+
+    def kernel_columns(self, columns: list[str]) -> pd.DataFrame:
+        """``kernels[columns]`` without copying the other columns."""
+        cached = self.cache.get("kernels")
+        if cached is not None:
+            return cached[columns]
+        return self.tasks.loc[self.kernel_mask, columns]
 
     @property
     def host_ops(self) -> pd.DataFrame:
-        """The analysed host events of kind ``op``."""
-        return self._subset("host_ops", self.host, self.host["kind"] == "op")
+        """The analysed host events of kind ``op`` (indexed by their position in ``host``; the
+        columns of :attr:`all_host_ops`)."""
+        cached = self.cache.get("host_ops")
+        if cached is not None:
+            return cached
+        start = self.offsets.get("host")
+        if start is None:
+            host = self.host
+            cols = [c for c in OP_COLUMNS if c in host.columns]
+            cached = self.cache["host_ops"] = host.loc[host["kind"] == "op", cols]
+            return cached
+        # the analysed rows are a run of the whole recording's: a run of its ops, no copy
+        every = self.all_host_ops
+        labels = every.index.to_numpy()
+        lo, hi = np.searchsorted(labels, [start, start + len(self.host)])
+        cached = every.iloc[lo:hi].set_axis(pd.Index(labels[lo:hi] - start))
+        self.cache["host_ops"] = cached
+        return cached
 
     @property
     def all_host_ops(self) -> pd.DataFrame:
-        """Every host event of kind ``op``."""
-        return self._subset("all_host_ops", self.all_host, self.all_host["kind"] == "op")
+        """Every host event of kind ``op``: the columns in ``OP_COLUMNS`` (those read of
+        ops; there are as many ops as launches, so not a copy of every column)."""
+        cached = self.cache.get("all_host_ops")
+        if cached is None:
+            host = self.all_host
+            cols = [c for c in OP_COLUMNS if c in host.columns]
+            cached = self.cache["all_host_ops"] = host.loc[host["kind"] == "op", cols]
+        return cached
 
     def share(self, ns: float) -> float:
         """``ns`` (a total over the analysed steps) as a share of the step time."""
@@ -111,7 +176,7 @@ def load_spec(meta: dict[str, Any]) -> tuple[DeviceSpec | None, str]:
 
 def _derived_steps(tasks: pd.DataFrame) -> pd.DataFrame:
     """Steps from the tasks' ``step`` column (device range of each)."""
-    stepped = tasks[tasks["step"] >= 0]
+    stepped = tasks.loc[tasks["step"] >= 0, ["step", "launch_ns", "start_ns", "end_ns"]]
     if stepped.empty:
         return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype="int64")
     g = stepped.groupby("step")
@@ -155,7 +220,8 @@ def step_windows(
         dev_first = pd.Series([dev["start_ns"].min()], index=[-1]) if len(dev) else pd.Series()
         dev_last = pd.Series([dev["end_ns"].max()], index=[-1]) if len(dev) else pd.Series()
     else:
-        g = tasks[tasks["step"].isin(training["step"])].groupby("step")
+        cols = ["step", "start_ns", "end_ns"]
+        g = tasks.loc[tasks["step"].isin(training["step"]), cols].groupby("step")
         dev_first, dev_last = g["start_ns"].min(), g["end_ns"].max()
     first = dev_first.reindex(training["step"]).to_numpy(dtype=float)
     last = dev_last.reindex(training["step"]).to_numpy(dtype=float)
@@ -168,12 +234,30 @@ def step_windows(
 
 def compact(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with its string columns as categoricals: a training loop repeats a few hundred
-    names and shapes, so this shrinks the tables and makes every row selection cheap."""
+    names and shapes, so this shrinks the tables and makes every row selection cheap.
+    Categoricals already there keep only the categories their rows use (one rank's slice of
+    a profile loaded with ``categorical=True`` holds every rank's categories)."""
     out = df.copy(deep=False)  # numeric columns are shared, not copied
     for c in df.columns:
-        if df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            codes = df[c].cat.codes.to_numpy()
+            if np.unique(codes[codes >= 0]).size < len(df[c].cat.categories):
+                out[c] = df[c].cat.remove_unused_categories()
+        elif df[c].dtype == object or pd.api.types.is_string_dtype(df[c]):
             out[c] = df[c].astype("category")
     return out
+
+
+def rows(frame: pd.DataFrame, mask: Any) -> tuple[pd.DataFrame, int | None]:
+    """The rows of ``frame`` where ``mask`` holds, with a fresh index, and the position of the
+    first when they are one run. Rows of a run of steps usually lie together (tables are in
+    time order): then a slice that shares the frame's memory instead of a copy."""
+    mask = np.asarray(mask, dtype=bool)
+    where = np.flatnonzero(mask)
+    if where.size and where[-1] - where[0] + 1 == where.size:
+        start = int(where[0])
+        return frame.iloc[start : start + where.size].reset_index(drop=True), start
+    return frame[mask].reset_index(drop=True), None
 
 
 def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
@@ -186,13 +270,18 @@ def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
     tasks["duration_ns"] = (tasks["end_ns"] - tasks["start_ns"]).clip(lower=0)
     steps, source, skipped = step_windows(one, tasks, warmup)
     host, memory = one.host_events, one.memory
+    offsets: dict[str, int] = {}
     if source == "whole run (no steps)":
         in_tasks, in_host, in_mem = tasks, host, memory
+        offsets = {"tasks": 0, "host": 0, "memory": 0}
     else:
         ids = steps["step"].to_numpy()
-        in_tasks = tasks[tasks["step"].isin(ids)]
-        in_host = host[host["step"].isin(ids)]
-        in_mem = memory[memory["step"].isin(ids)]
+        subsets = {}
+        for name, frame in (("tasks", tasks), ("host", host), ("memory", memory)):
+            subsets[name], start = rows(frame, frame["step"].isin(ids))
+            if start is not None:
+                offsets[name] = start
+        in_tasks, in_host, in_mem = subsets["tasks"], subsets["host"], subsets["memory"]
     return RankData(
         rank=rank,
         meta=meta,
@@ -207,4 +296,5 @@ def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
         all_tasks=tasks,
         all_host=host,
         all_memory=memory,
+        offsets=offsets,
     )

@@ -32,8 +32,10 @@ PADDING_COLUMNS = ["rank", "op_type", "tasks", "bytes", "padding_bytes", "paddin
 
 def transdata(data: RankData) -> pd.DataFrame:
     """TransData tasks grouped by the op that caused them and the conversion."""
-    k = data.kernels
-    td = k[k["op_type"] == "TransData"]
+    tasks = data.tasks
+    mask = data.kernel_mask & (tasks["op_type"] == "TransData").to_numpy()
+    cols = ["host_op_id", "input_formats", "output_formats", "duration_ns", "bytes"]
+    td = tasks.loc[mask, cols]
     if td.empty:
         return pd.DataFrame(columns=TRANSDATA_COLUMNS)
     ops = data.all_host_ops.set_index("event_id")["name"]
@@ -77,11 +79,12 @@ def _padding_column(df: pd.DataFrame, prefix: str) -> np.ndarray:
 
 def padding(data: RankData) -> pd.DataFrame:
     """Per op type working on private formats: bytes moved and how much of it is C0 padding."""
-    k = data.kernels
-    private = k["input_formats"].str.contains("NC1HWC0|FRACTAL", regex=True) | k[
+    tasks = data.tasks
+    private = tasks["input_formats"].str.contains("NC1HWC0|FRACTAL", regex=True) | tasks[
         "output_formats"
     ].str.contains("NC1HWC0|FRACTAL", regex=True)
-    k = k[private.fillna(False).to_numpy()]
+    cols = [f"{p}_{c}" for p in ("input", "output") for c in ("shapes", "dtypes", "formats")]
+    k = tasks.loc[data.kernel_mask & private.fillna(False).to_numpy(), ["op_type", "bytes", *cols]]
     if k.empty:
         return pd.DataFrame(columns=PADDING_COLUMNS)
     pad = _padding_column(k, "input") + _padding_column(k, "output")

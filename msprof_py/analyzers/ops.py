@@ -8,6 +8,7 @@ device time of all ops.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers.context import RankData
@@ -42,10 +43,11 @@ HOST_COLUMNS = [
 OP_STATISTIC_COLUMNS = ["rank", "op_type", "core_type", *STATS, "ratio"]
 
 
-def work_tasks(data: RankData) -> pd.DataFrame:
-    """The analysed tasks that are device work."""
+def work_tasks(data: RankData, columns: list[str] | None = None) -> pd.DataFrame:
+    """The analysed tasks that are device work (only ``columns``, when given)."""
     tasks = data.tasks
-    return tasks[tasks["kind"].isin(WORK_KINDS)]
+    mask = tasks["kind"].isin(WORK_KINDS)
+    return tasks[mask] if columns is None else tasks.loc[mask, columns]
 
 
 def _stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -57,7 +59,7 @@ def _stats(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def top_ops_by_type(data: RankData, n: int | None = 10) -> pd.DataFrame:
     """Op types (with the engine) by total device time."""
-    work = work_tasks(data)
+    work = work_tasks(data, ["op_type", "task_type", "duration_ns"])
     if work.empty:
         return pd.DataFrame(columns=BY_TYPE_COLUMNS)
     out = _stats(work, ["op_type", "task_type"])
@@ -70,10 +72,10 @@ def top_ops_by_type(data: RankData, n: int | None = 10) -> pd.DataFrame:
 
 def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
     """Ops by name and input shapes (and dtypes) by total device time."""
-    work = work_tasks(data)
+    keys = ["name", "input_shapes", "input_dtypes", "op_type", "task_type"]
+    work = work_tasks(data, [*keys, "duration_ns"])
     if work.empty:
         return pd.DataFrame(columns=BY_NAME_COLUMNS)
-    keys = ["name", "input_shapes", "input_dtypes", "op_type", "task_type"]
     out = _stats(work, keys)
     out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
     out.insert(0, "rank", data.rank)
@@ -84,27 +86,40 @@ def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
 def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
     """Host ops by host time: how long the op took on the host, its launches and device time."""
     host = data.host
-    ops = host[host["kind"] == "op"]
+    ops = data.host_ops[["event_id", "name", "start_ns", "end_ns"]]
     if ops.empty:
         return pd.DataFrame(columns=HOST_COLUMNS)
     ops = ops.assign(host_ns=ops["end_ns"] - ops["start_ns"])
-    launches = host[(host["kind"] == "launch") & (host["parent_id"] >= 0)]
-    per_op_launch = (
-        launches.assign(ns=launches["end_ns"] - launches["start_ns"])
-        .groupby("parent_id")["ns"]
-        .agg(["size", "sum"])
-    )
+    is_launch = ((host["kind"] == "launch") & (host["parent_id"] >= 0)).to_numpy()
+    launch_op = host["parent_id"].to_numpy()[is_launch]
+    launch_ns = (host["end_ns"] - host["start_ns"]).to_numpy()[is_launch]
     tasks = data.tasks
-    per_op_tasks = (
-        tasks[tasks["host_op_id"] >= 0].groupby("host_op_id")["duration_ns"].agg(["size", "sum"])
-    )
-    ids = ops["event_id"].to_numpy()
-    ops = ops.assign(
-        launches=per_op_launch["size"].reindex(ids).fillna(0).to_numpy(),
-        launch_ns=per_op_launch["sum"].reindex(ids).fillna(0).to_numpy(),
-        n_tasks=per_op_tasks["size"].reindex(ids).fillna(0).to_numpy(),
-        device_ns=per_op_tasks["sum"].reindex(ids).fillna(0).to_numpy(),
-    )
+    linked = (tasks["host_op_id"] >= 0).to_numpy()
+    task_op = tasks["host_op_id"].to_numpy()[linked]
+    task_ns = tasks["duration_ns"].to_numpy()[linked]
+    ids = pd.Index(ops["event_id"].to_numpy())
+    if ids.is_unique:  # sums per op row: one hash of the op ids, no per-op tables
+        size = len(ids)
+        at = ids.get_indexer(launch_op)
+        ok = at >= 0
+        per_op = {
+            "launches": np.bincount(at[ok], minlength=size),
+            "launch_ns": np.bincount(at[ok], weights=launch_ns[ok], minlength=size),
+        }
+        at = ids.get_indexer(task_op)
+        ok = at >= 0
+        per_op["n_tasks"] = np.bincount(at[ok], minlength=size)
+        per_op["device_ns"] = np.bincount(at[ok], weights=task_ns[ok], minlength=size)
+    else:
+        per_launch = pd.Series(launch_ns).groupby(launch_op).agg(["size", "sum"])
+        per_task = pd.Series(task_ns).groupby(task_op).agg(["size", "sum"])
+        per_op = {
+            "launches": per_launch["size"].reindex(ids).fillna(0).to_numpy(),
+            "launch_ns": per_launch["sum"].reindex(ids).fillna(0).to_numpy(),
+            "n_tasks": per_task["size"].reindex(ids).fillna(0).to_numpy(),
+            "device_ns": per_task["sum"].reindex(ids).fillna(0).to_numpy(),
+        }
+    ops = ops.assign(**per_op)
     g = ops.groupby("name", sort=False, observed=True)
     out = pd.DataFrame(
         {
@@ -128,7 +143,7 @@ def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
 
 def op_statistic(data: RankData) -> pd.DataFrame:
     """msprof's op_statistic: per op type and core type, count and time, ratio of the total."""
-    work = work_tasks(data)
+    work = work_tasks(data, ["op_type", "task_type", "duration_ns"])
     if work.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     out = _stats(work, ["op_type", "task_type"]).rename(columns={"task_type": "core_type"})

@@ -76,13 +76,12 @@ def op_stream(data: RankData) -> pd.DataFrame:
     cols = ["event_id", "name", "module", "thread", "step", "start_ns", "end_ns"]
     ops = data.host_ops
     ops = ops.loc[ops["event_id"].isin(last.index), [*cols, "input_shapes", "input_dtypes"]]
-    in_numel = shapes.numel_matrix(ops["input_shapes"], ops["input_dtypes"])
-    keep = in_numel.max(axis=1, initial=-1) > 1  # ops on scalars only: counters, loss scale
-    ops, in_numel = ops.loc[keep, cols], in_numel[keep]
-    order = np.lexsort(
-        (ops["event_id"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"].to_numpy())
-    )
-    ops, in_numel = ops.iloc[order].reset_index(drop=True), in_numel[order]
+    numel_of, numel = shapes.numel_table(ops["input_shapes"], ops["input_dtypes"])
+    keep = np.flatnonzero(numel.max(axis=1, initial=-1)[numel_of] > 1)  # not ops on scalars
+    # only: counters, loss scale; then in stream order (one copy of the rows kept)
+    sort_by = (ops[c].to_numpy()[keep] for c in ("event_id", "start_ns", "thread"))
+    take = keep[np.lexsort(tuple(sort_by))]
+    ops, in_numel = ops[cols].iloc[take].reset_index(drop=True), numel[numel_of[take]]
     letter = _letters(ops["name"])
     letter[ops["event_id"].isin(host_copy).to_numpy()] = ord(OTHER)
     annotations = data.all_host.loc[

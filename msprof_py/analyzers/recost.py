@@ -52,19 +52,20 @@ def memory_ns(spec: DeviceSpec, nbytes: np.ndarray, cores: np.ndarray) -> np.nda
     return nbytes / bandwidth * 1e9
 
 
-def op_costs(data: RankData) -> pd.DataFrame:
-    """Per host op (indexed by event id): device time, cube work, vector work, bytes, output
-    bytes, kernels, whether it ran on the cube."""
-    cached = data.cache.get("op_costs")
-    if cached is not None:
-        return cached
+def op_costs(data: RankData, ops: np.ndarray | None = None) -> pd.DataFrame:
+    """Per host op (indexed by event id; only the event ids ``ops``, when given): device time,
+    cube work, vector work, bytes, output bytes, kernels, whether it ran on the cube."""
     spec = data.spec
     tasks = data.tasks
-    t = tasks[(tasks["host_op_id"] >= 0) & tasks["kind"].isin((KERNEL, "memcpy"))]
+    cols = ["host_op_id", "kind", "task_type", "duration_ns", "flops", "bytes"]
+    mask = (tasks["host_op_id"] >= 0) & tasks["kind"].isin((KERNEL, "memcpy"))
+    if ops is not None:
+        mask &= tasks["host_op_id"].isin(ops)
+    t = tasks.loc[mask, [*cols, "output_shapes", "output_dtypes"]]
     sched = spec.dispatch.device_sched_ns if spec is not None else 0
-    tt = t["task_type"].to_numpy()
-    cube = np.isin(tt, CUBE_TYPES) & (t["kind"].to_numpy() == KERNEL)
-    vec = np.isin(tt, VECTOR_TYPES) & (t["kind"].to_numpy() == KERNEL)
+    kernel = (t["kind"] == KERNEL).to_numpy()
+    cube = t["task_type"].isin(CUBE_TYPES).to_numpy() & kernel
+    vec = t["task_type"].isin(VECTOR_TYPES).to_numpy() & kernel
     dur = t["duration_ns"].to_numpy(dtype=float)
     item = shapes.itemsizes(t["output_dtypes"])
     out_numel = shapes.numel_matrix(t["output_shapes"], t["output_dtypes"], width=1)[:, 0]
@@ -94,23 +95,32 @@ def op_costs(data: RankData) -> pd.DataFrame:
         kernels=("kernels", "sum"),
         cube=("cube", "any"),
     )
-    data.cache["op_costs"] = out
     return out
 
 
 def fusion(data: RankData) -> pd.DataFrame:
     """Per pattern match: kernels, recorded device time, fused (re-costed) time, saving, and
-    the host dispatch time of the ops the fusion removes."""
+    the host dispatch time of the ops the fusion removes. Computed once per rank (every
+    fusion rule reads it); then the op stream is let go (the matches hold what is read of it
+    later, and it is as large as the host ops)."""
+    cached = data.cache.get("fusion")
+    if cached is None:
+        cached = data.cache["fusion"] = _fusion(data)
+        data.cache.pop("op_stream", None)
+    return cached
+
+
+def _fusion(data: RankData) -> pd.DataFrame:
     matches, members = find(data)
     spec = data.spec
     if matches.empty or spec is None:
         return pd.DataFrame(columns=FUSION_COLUMNS)
     stream = op_stream(data)
-    costs = op_costs(data).reindex(stream["event_id"].to_numpy()).fillna(0)
     rows = members["row"].to_numpy()
+    ids = stream["event_id"].to_numpy()[rows]
+    c = op_costs(data, np.unique(ids)).reindex(ids).fillna(0)
     glue = stream["glue"].to_numpy()[rows]
     m = members["match"].to_numpy()
-    c = costs.iloc[rows]
     host_ns = (stream["end_ns"] - stream["start_ns"]).to_numpy(dtype=float)[rows]
     out_bytes = np.where(glue, 0.0, c["out_bytes"].to_numpy())
     frame = pd.DataFrame(

@@ -39,9 +39,9 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     _need_host(ctx)
     idle = _idle(ctx, "host-bound dispatch")
     share = data.share(idle)
-    kernels = data.kernels
-    median = float(kernels["duration_ns"].median()) if len(kernels) else 0.0
-    ops = data.host[data.host["kind"] == "op"]
+    kernel_ns = data.tasks["duration_ns"].to_numpy()[data.kernel_mask]
+    median = float(np.median(kernel_ns)) if kernel_ns.size else 0.0
+    ops = data.host_ops[["event_id", "start_ns", "end_ns"]]
     ops = ops[ops["event_id"].isin(data.tasks["host_op_id"])]
     per_op = float((ops["end_ns"] - ops["start_ns"]).mean()) if len(ops) else 0.0
     values = {

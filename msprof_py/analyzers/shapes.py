@@ -64,12 +64,21 @@ def factorize(*cols: pd.Series) -> tuple[np.ndarray, list[tuple[str, ...]]]:
 
 def numel_matrix(shapes: pd.Series, dtypes: pd.Series, width: int = WIDTH) -> np.ndarray:
     """Elements of each row's tensors as an ``(n, width)`` int64 array, -1 where none."""
+    c, table = numel_table(shapes, dtypes, width)
+    return table[c]
+
+
+def numel_table(
+    shapes: pd.Series, dtypes: pd.Series, width: int = WIDTH
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`numel_matrix` as ``(codes, table)``: row ``i`` is ``table[codes[i]]`` (one row
+    per distinct shape and dtype string; index rows before expanding them)."""
     c, uniques = factorize(shapes, dtypes)
     table = np.full((len(uniques) + 1, width), -1, dtype=np.int64)
     for i, (s, d) in enumerate(uniques):
         for j, dims in enumerate(parse(s, d)[:width]):
             table[i, j] = math.prod(dims)
-    return table[c]
+    return c, table
 
 
 def first_shape(shapes: pd.Series) -> pd.Series:

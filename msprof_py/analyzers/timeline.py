@@ -77,10 +77,11 @@ def _spans(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def sections(tasks: pd.DataFrame) -> dict[str, intervals.Spans]:
     """Computing, Communication, not-overlapped and Free sections of a device timeline."""
-    kind = tasks["kind"].to_numpy()
+    kernel = (tasks["kind"] == KERNEL).to_numpy()
+    collective = (tasks["kind"] == COLLECTIVE).to_numpy()
     s, e = _spans(tasks)
-    comp = intervals.merge(s[kind == KERNEL], e[kind == KERNEL])
-    comm = intervals.merge(s[kind == COLLECTIVE], e[kind == COLLECTIVE])
+    comp = intervals.merge(s[kernel], e[kernel])
+    comm = intervals.merge(s[collective], e[collective])
     not_ov = intervals.difference(comm, comp)
     if s.size:
         busy = (np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
@@ -191,19 +192,15 @@ def idle_gaps(data: RankData) -> pd.DataFrame:
     ok = step_idx >= 0
     g_s, g_e, step_idx = g_s[ok], g_e[ok], step_idx[ok]
     # the task before each gap (latest end <= gap start) and the one ending it
-    by_end = work.sort_values("end_ns", kind="stable")
-    by_start = work.sort_values("start_ns", kind="stable")
-    ends = by_end["end_ns"].to_numpy(dtype=np.int64)
-    starts = by_start["start_ns"].to_numpy(dtype=np.int64)
+    w_s, w_e = _spans(work)
+    by_end, by_start = np.argsort(w_e, kind="stable"), np.argsort(w_s, kind="stable")
+    ends, starts = w_e[by_end], w_s[by_start]
     prev = np.clip(np.searchsorted(ends, g_s, side="right") - 1, 0, None)
     nxt = np.clip(np.searchsorted(starts, g_e, side="left"), 0, max(0, starts.size - 1))
     if starts.size:
-        _, w_lo = _launch_times(
-            data, by_end["task_id"].to_numpy()[prev], by_end["launch_ns"].to_numpy()[prev]
-        )
-        w_hi, _ = _launch_times(
-            data, by_start["task_id"].to_numpy()[nxt], by_start["launch_ns"].to_numpy()[nxt]
-        )
+        ids, launched = work["task_id"].to_numpy(), work["launch_ns"].to_numpy()
+        _, w_lo = _launch_times(data, ids[by_end[prev]], launched[by_end[prev]])
+        w_hi, _ = _launch_times(data, ids[by_start[nxt]], launched[by_start[nxt]])
         has_next = np.searchsorted(starts, g_e, side="left") < starts.size
         w_hi = np.where(has_next, w_hi, g_e)  # a trailing gap: up to the step's end
         has_prev = np.searchsorted(ends, g_s, side="right") > 0
@@ -211,17 +208,19 @@ def idle_gaps(data: RankData) -> pd.DataFrame:
         w_hi = np.maximum(w_hi, w_lo)
     else:
         w_lo, w_hi = g_s, g_e
+    del work, w_s, w_e, by_end, by_start, ends, starts  # as large as the tasks: let them go
     window = w_hi - w_lo
     host = data.all_host
-    hk = host["kind"].to_numpy()
-    annotations = host[hk == "annotation"]
+    hk = host["kind"]
+    spans = ["start_ns", "end_ns"]
+    annotations = host.loc[hk == "annotation", ["name", *spans]]
     loading = annotations[
         annotations["name"].str.contains(DATA_LOADING).fillna(False).to_numpy(bool)
     ]
-    syncs = host[hk == "sync"]
-    dispatch = host[np.isin(hk, ("op", "launch"))]
+    syncs = host.loc[hk == "sync", spans]
+    dispatch = intervals.Coverage(*_spans(host.loc[hk.isin(("op", "launch")), spans]))
     cause = np.full(g_s.size, CAUSES[3], dtype=object)
-    busy_dispatch = intervals.Coverage(*_spans(dispatch)).within(w_lo, w_hi)
+    busy_dispatch = dispatch.within(w_lo, w_hi)
     cause[(busy_dispatch * 2 >= window) | (window <= _dispatch_ns(data))] = CAUSES[2]
     cause[intervals.Coverage(*_spans(syncs)).within(w_lo, w_hi) * 2 > window] = CAUSES[1]
     cause[intervals.Coverage(*_spans(loading)).within(w_lo, w_hi) * 2 > window] = CAUSES[0]
