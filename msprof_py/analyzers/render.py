@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
@@ -11,6 +13,20 @@ from msprof_py.analyzers.findings import FIRED, SKIPPED
 from msprof_py.analyzers.schema import headline
 
 PRIORITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def step_list(steps: Any) -> str:
+    """Step numbers for a header: all of them when few, else their count and range."""
+    if not isinstance(steps, list | tuple):
+        return "-" if steps is None else str(steps)
+    if not steps:
+        return "none"
+    if len(steps) <= 12:
+        return ", ".join(str(s) for s in steps)
+    first, last = steps[0], steps[-1]
+    contiguous = isinstance(first, int) and list(steps) == list(range(first, first + len(steps)))
+    sep = "-" if contiguous else ", ..., "
+    return f"{len(steps):,} steps: {first}{sep}{last}"
 
 
 def _us(ns: float) -> str:
@@ -40,13 +56,12 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
     info = a.profile
     rank = info["focus_rank"]
     h = headline(a)
-    skipped = (
-        f", warm-up step(s) {info['warmup_skipped']} left out" if info["warmup_skipped"] else ""
-    )
+    warmup = info["warmup_skipped"]
+    skipped = f", warm-up step(s) {step_list(warmup)} left out" if warmup else ""
     console.print(f"[bold]msprof analyze[/bold]: {info['path']}")
     console.print(
         f"  ranks {info['ranks']} (details for rank {rank})   device {info['device']}   "
-        f"steps {info['steps_analysed']} from the {info['step_source']}{skipped}"
+        f"steps {step_list(info['steps_analysed'])} from the {info['step_source']}{skipped}"
     )
     console.print(
         f"  mean step [bold]{h['mean_step_us']:,.1f} us[/bold]   device busy "

@@ -22,6 +22,7 @@ import plotly.offline
 from plotly.subplots import make_subplots
 from plotly.utils import PlotlyJSONEncoder
 
+from msprof_py.analyzers.render import step_list
 from msprof_py.profile import Profile, ProfileError
 
 #: spans per timeline lane drawn one by one; above this a lane is aggregated into time bins
@@ -84,20 +85,6 @@ def _bytes(n: Any) -> str:
             return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.2f} {unit}"
         v /= 1024
     return f"{v} B"
-
-
-def _step_list(steps: Any) -> str:
-    """Step numbers for the header: all of them when few, else their count and range."""
-    if not isinstance(steps, list | tuple):
-        return "-" if steps is None else str(steps)
-    if not steps:
-        return "none"
-    if len(steps) <= 12:
-        return ", ".join(str(s) for s in steps)
-    first, last = steps[0], steps[-1]
-    contiguous = isinstance(first, int) and list(steps) == list(range(first, first + len(steps)))
-    sep = "-" if contiguous else ", ..., "
-    return f"{len(steps):,} steps: {first}{sep}{last}"
 
 
 def _cell(v: Any) -> str:
@@ -750,8 +737,8 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "status": ", ".join(f"rank {r}: {m.get('status', '?')}" for r, m in profile.meta.items()),
         "ranks": profile.ranks,
         "steps_total": int(steps["step"].nunique()) if len(steps) else 0,
-        "steps_analysed": _step_list(a.profile.get("steps_analysed")),
-        "warmup_skipped": _step_list(a.profile.get("warmup_skipped")),
+        "steps_analysed": step_list(a.profile.get("steps_analysed")),
+        "warmup_skipped": step_list(a.profile.get("warmup_skipped")),
         "start_time": str(meta.get("start_time", "")),
         "path": str(profile.path),
         "figures": figures,
