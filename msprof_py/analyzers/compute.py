@@ -93,10 +93,8 @@ def peak_rates(spec: DeviceSpec, task_type: str, dtype: str) -> tuple[float, flo
 def kernel_rates(data: RankData) -> pd.DataFrame:
     """The analysed kernels (the columns :func:`density` groups by, ``flops``, ``bytes`` and
     ``duration_ns``) with ``peak``, ``ceiling`` (achievable) FLOP/s and ``bound`` (categorical:
-    no string per row)."""
-    cached = data.cache.get("kernel_rates")
-    if cached is not None:
-        return cached
+    no string per row). Not kept: :func:`density` keeps the per-class totals
+    :func:`by_class` reads."""
     keys = ["name", "op_type", "task_type", "input_shapes", "input_dtypes"]
     k = data.kernel_columns([*keys, "flops", "bytes", "duration_ns"])
     dtype = shapes.first_dtype(k["input_dtypes"])
@@ -127,15 +125,14 @@ def kernel_rates(data: RankData) -> pd.DataFrame:
     else:
         bound_codes = np.full(len(k), BOUNDS.index("unknown"), dtype=np.int8)
     bound = pd.Categorical.from_codes(bound_codes, categories=list(BOUNDS))
-    out = k.assign(peak=peak, ceiling=ach, bound=bound)
-    data.cache["kernel_rates"] = out
-    return out
+    return k.assign(peak=peak, ceiling=ach, bound=bound)
 
 
 def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
     """Per kernel (name, op type, engine, shapes, dtypes): FLOPs and bytes per call, intensity,
     achieved and peak TFLOP/s, utilisation and roofline class; by total time."""
     k = kernel_rates(data)
+    data.cache["class_totals"] = _class_totals(k)
     if k.empty:
         return pd.DataFrame(columns=DENSITY_COLUMNS)
     keys = ["name", "op_type", "task_type", "input_shapes", "input_dtypes"]
@@ -171,8 +168,9 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
 
 def by_class(data: RankData) -> pd.DataFrame:
     """Kernel count and time per roofline class."""
-    k = kernel_rates(data)
-    g = k.groupby("bound", observed=True)["duration_ns"].agg(["size", "sum"])
+    g = data.cache.get("class_totals")
+    if g is None:
+        g = _class_totals(kernel_rates(data))
     out = pd.DataFrame(
         {
             "rank": data.rank,
@@ -183,6 +181,11 @@ def by_class(data: RankData) -> pd.DataFrame:
     ).reset_index(drop=True)
     out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
     return out.sort_values("total_ns", ascending=False)[CLASS_COLUMNS].reset_index(drop=True)
+
+
+def _class_totals(k: pd.DataFrame) -> pd.DataFrame:
+    """Kernels (``size``) and time (``sum``) per ``bound`` of :func:`kernel_rates`."""
+    return k.groupby("bound", observed=True)["duration_ns"].agg(["size", "sum"])
 
 
 def _busy_per_step(data: RankData, mask: np.ndarray) -> np.ndarray:

@@ -265,7 +265,9 @@ def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
     one = profile if profile.ranks == [rank] else profile.for_rank(rank)
     meta = one.meta[rank]
     spec, why = load_spec(meta)
-    one = Profile(one.path, one.meta, {k: compact(v) for k, v in one.tables.items()})
+    # one rank: its rank column says nothing (and is 8 bytes a row)
+    tables = {k: compact(v.drop(columns="rank", errors="ignore")) for k, v in one.tables.items()}
+    one = Profile(one.path, one.meta, tables)
     tasks = one.tasks
     tasks["duration_ns"] = (tasks["end_ns"] - tasks["start_ns"]).clip(lower=0)
     steps, source, skipped = step_windows(one, tasks, warmup)

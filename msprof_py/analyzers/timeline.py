@@ -237,6 +237,7 @@ def idle_gaps(data: RankData) -> pd.DataFrame:
         columns=GAP_COLUMNS,
     )
     data.cache["gaps"] = out
+    data.cache.pop("launch_table", None)  # read for the gaps only
     return out
 
 
