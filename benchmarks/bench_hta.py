@@ -22,7 +22,7 @@ HTA is not a dependency of msprof-py: install the ``bench`` extra into a separat
 environment and point ``--hta-python`` at it::
 
     python3 -m venv /tmp/hta-venv
-    /tmp/hta-venv/bin/pip install -c constraints.txt holistictraceanalysis==0.5.*
+    /tmp/hta-venv/bin/pip install -c constraints.txt 'holistictraceanalysis==0.5.*' 'pandas<3'
     python benchmarks/bench_hta.py --hta-python /tmp/hta-venv/bin/python \\
         [--tasks 100000 300000 1000000] [--steps-upto 100000] [--profile DIR] [--json FILE]
 """
