@@ -338,13 +338,18 @@ def _step_lines(bounds: np.ndarray, xaxis: str, yaxis: str) -> dict[str, Any]:
     }
 
 
+def time_origin(profile: Profile) -> int:
+    """The timeline's zero (ns): the first task or host event of any rank."""
+    starts = [df["start_ns"].min() for df in (profile.tasks, profile.host_events) if len(df)]
+    return int(min(starts)) if starts else 0
+
+
 def timeline(profile: Profile) -> tuple[dict[str, Any], list[str], list[str]]:
     """The timeline figure (plotly JSON), its lane names (top to bottom) and notes about
     level of detail (what was aggregated or thinned out)."""
     tasks, host, mem, steps = profile.tasks, profile.host_events, profile.memory, profile.steps
     notes: list[str] = []
-    starts = [df["start_ns"].min() for df in (tasks, host) if len(df)]
-    origin = int(min(starts)) if starts else 0
+    origin = time_origin(profile)
     multi = len(profile.ranks) > 1
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04
@@ -747,11 +752,62 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
     }
 
 
-def _findings(a: Any) -> list[dict[str, Any]]:
+#: evidence keys whose values name ops (host op names such as aten::add_, or op types)
+_OP_KEYS = ("name", "op", "op_type")
+MAX_OP_LINKS = 8
+
+
+def _evidence_ops(evidence: Any, found: list[str]) -> list[str]:
+    """The op names in a finding's evidence (the ``name``/``op``/``op_type`` of its rows)."""
+    if isinstance(evidence, dict):
+        for key, value in evidence.items():
+            if key in _OP_KEYS and isinstance(value, str) and value and value not in found:
+                found.append(value)
+            elif isinstance(value, dict | list):
+                _evidence_ops(value, found)
+    elif isinstance(evidence, list):
+        for item in evidence:
+            _evidence_ops(item, found)
+    return found
+
+
+def _op_spans(profile: Profile, rank: int, names: set[str]) -> dict[str, tuple[float, float]]:
+    """Where each named op ran longest on ``rank`` (a device task by name or op type, else a
+    host event), as (start, end) in us on the timeline's axis."""
+    origin = time_origin(profile)
+    spans: dict[str, tuple[float, float]] = {}
+    tables = [(profile.tasks, ("name", "op_type")), (profile.host_events, ("name",))]
+    for df, columns in tables:
+        df = df[df["rank"] == rank]
+        for column in columns:
+            hit = df[df[column].isin(names - set(spans))]
+            if hit.empty:
+                continue
+            longest = (hit["end_ns"] - hit["start_ns"]).groupby(hit[column], observed=True)
+            for name, row in longest.idxmax().items():
+                start, end = df.at[row, "start_ns"], df.at[row, "end_ns"]
+                spans[str(name)] = (
+                    round((start - origin) / 1e3, 3),
+                    round((end - origin) / 1e3, 3),
+                )
+    return spans
+
+
+def _findings(a: Any, profile: Profile) -> list[dict[str, Any]]:
+    fired = a.fired()
+    named = {f.rule: _evidence_ops(f.to_dict().get("evidence"), [])[:MAX_OP_LINKS] for f in fired}
+    rank = a.profile.get("focus_rank", profile.ranks[0] if profile.ranks else 0)
+    every = {n for names in named.values() for n in names}
+    spans = _op_spans(profile, rank, every) if every else {}
     out = []
-    for f in a.fired():
+    for f in fired:
         d = f.to_dict()
         gain = d.get("estimated_gain_us")
+        ops = [
+            {"name": n, "start": spans[n][0], "end": spans[n][1]}
+            for n in named[f.rule]
+            if n in spans
+        ]
         out.append(
             {
                 "priority": d.get("priority") or "-",
@@ -765,6 +821,7 @@ def _findings(a: Any) -> list[dict[str, Any]]:
                 "gain_model": d.get("gain_model") or "",
                 "gain_basis": d.get("gain_basis") or "",
                 "rank": d.get("rank"),
+                "ops": ops,
             }
         )
     return out
@@ -813,7 +870,7 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
         "density_ops": _table(a.compute_density["ops"], limit=30),
         "memory_summary": _table(pd.DataFrame(a.memory.get("summary") or [])),
         "memory_steps": _table(a.memory.get("steps")),
-        "findings": _findings(a),
+        "findings": _findings(a, profile),
         "ranks": _ranks(profile, a),
     }
     return _environment().get_template("report.html.j2").render(**context)

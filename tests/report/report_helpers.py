@@ -174,6 +174,7 @@ def open_report(
     hover: tuple[float, float] | None = None,
     screenshot: Path | None = None,
     hover_span: tuple[str, float, float] | None = None,
+    click_op_link: bool = False,
 ) -> dict[str, Any]:
     """Open ``report`` in headless Chromium (network blocked) until the timeline is drawn.
 
@@ -185,7 +186,8 @@ def open_report(
     mouse to ``hover`` = (fraction across, fraction down) of the timeline's plot area; with
     ``hover_span`` = (lane, start us, end us): the timeline zoomed to three times the span, the
     mouse an eighth of the span in from its start (far from its middle), ``span_hover`` is
-    the label shown there.
+    the label shown there. ``click_op_link``: the first op link of the recommendations is
+    clicked; ``op_link`` is its (start, end) and ``op_range`` the timeline's x range after.
     """
     from playwright.sync_api import sync_playwright
 
@@ -241,7 +243,8 @@ def open_report(
                 d = e - s
                 page.locator("#fig-timeline").scroll_into_view_if_needed()
                 page.evaluate(
-                    "([a, b]) => Plotly.relayout('fig-timeline', {'xaxis.range': [a, b]})",
+                    "([a, b]) => Plotly.relayout('fig-timeline', "
+                    "{'xaxis.range': [a, b], 'xaxis2.range': [a, b]})",
                     [s - d, e + d],
                 )
                 px, py = page.evaluate(
@@ -257,6 +260,17 @@ def open_report(
                 page.mouse.move(px - 3, py)
                 page.mouse.move(px, py, steps=3)
                 out["span_hover"] = _label(page)
+            if click_op_link:
+                link = page.locator("a.op-link").first
+                out["op_link"] = (
+                    float(link.get_attribute("data-start") or "nan"),
+                    float(link.get_attribute("data-end") or "nan"),
+                )
+                link.click()
+                page.wait_for_timeout(300)
+                out["op_range"] = page.evaluate(
+                    "() => document.getElementById('fig-timeline')._fullLayout.xaxis.range"
+                )
             if screenshot is not None:
                 page.screenshot(path=str(screenshot), full_page=False)
         finally:

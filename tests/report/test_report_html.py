@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -228,6 +229,22 @@ def test_command(run_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt: chromium)")
+def test_recommendations_link_to_their_ops(run_dir: Path, report_file: Path) -> None:
+    """Each op link of a finding points at the longest run of that op on the timeline."""
+    text = report_file.read_text(encoding="utf-8")
+    links = re.findall(r'class="op-link" data-start="([^"]+)" data-end="([^"]+)">([^<]+)<', text)
+    assert links
+    profile = load(run_dir)
+    origin = min(profile.tasks["start_ns"].min(), profile.host_events["start_ns"].min())
+    for start, end, name in links:
+        name = html.unescape(name)
+        tasks = profile.tasks[(profile.tasks["name"] == name) | (profile.tasks["op_type"] == name)]
+        rows = tasks if len(tasks) else profile.host_events[profile.host_events["name"] == name]
+        longest = rows.loc[(rows["end_ns"] - rows["start_ns"]).idxmax()]
+        assert float(start) == pytest.approx((longest["start_ns"] - origin) / 1e3, abs=1e-3)
+        assert float(end) == pytest.approx((longest["end_ns"] - origin) / 1e3, abs=1e-3)
+
+
 def test_browser(run_dir: Path, report_file: Path, tmp_path: Path) -> None:
     pytest.importorskip("playwright.sync_api", reason="pip package playwright missing")
     profile = load(run_dir)
@@ -240,7 +257,9 @@ def test_browser(run_dir: Path, report_file: Path, tmp_path: Path) -> None:
         (longest["end_ns"] - origin) / 1e3,
     )
     shot = tmp_path / "report.png"
-    seen = open_report(report_file, timeout_ms=20_000, screenshot=shot, hover_span=span)
+    seen = open_report(
+        report_file, timeout_ms=20_000, screenshot=shot, hover_span=span, click_op_link=True
+    )
     assert seen["errors"] == []
     assert set(SECTIONS) <= set(seen["page"]["sections"])
     for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
@@ -248,3 +267,6 @@ def test_browser(run_dir: Path, report_file: Path, tmp_path: Path) -> None:
     # hover works away from a span's middle: near the start of the longest kernel, zoomed in
     assert seen["span_hover"] and str(longest["name"]) in seen["span_hover"]
     assert shot.stat().st_size > 0
+    # a recommendation's op link zooms the timeline onto that op
+    (s, e), (lo, hi) = seen["op_link"], seen["op_range"]
+    assert lo < s <= e < hi and hi - lo < 20 * max(e - s, 5)
