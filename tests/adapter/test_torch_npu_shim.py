@@ -100,6 +100,30 @@ def test_profiler_api_records_the_scheduled_steps(tmp_path: Path) -> None:
     assert (run_dir / "msprof_raw" / "meta.json").is_file()
 
 
+def test_profiler_can_profile_several_windows_in_one_process(tmp_path: Path) -> None:
+    result = run_script(
+        f"""
+        import torch, msprof_py, msprof_py.adapter as ad
+        ad.install()
+        import torch_npu
+        x = torch.randn(16, 16, device="npu")
+        for k, steps in enumerate((2, 3)):
+            handler = torch_npu.profiler.tensorboard_trace_handler({str(tmp_path)!r} + f"/w{{k}}")
+            with torch_npu.profiler.profile(on_trace_ready=handler) as prof:
+                for _ in range(steps):
+                    x = (x @ x).tanh()
+                    prof.step()
+            profile = msprof_py.load(prof.trace_dir)
+            print(k, list(profile.steps["step"]), len(profile.tasks) > 0)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == ["0 [0, 1] True", "1 [0, 1, 2] True"]
+    for k in (0, 1):
+        (run_dir,) = (tmp_path / f"w{k}").glob("*_ascend_pt")
+        assert (run_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").is_file()
+
+
 def test_profiler_schedule_actions() -> None:
     from msprof_py.adapter.torch_npu import profiler
 

@@ -1,7 +1,8 @@
 """``torch_npu.profiler``: the torch_npu profiling API, with its real signatures.
 
 Under ``msprof`` the run is already recorded: ``prof.step()`` marks the steps. Without the
-launcher, ``profile.start()`` opens a recording session itself (the same collectors), writing a
+launcher, ``profile.start()`` starts an in-process recording (the collectors behind
+``msprof_py.record``, so a script may profile several windows one after another), writing a
 ``{hostname}_{pid}_{time}_ascend_pt`` folder into the ``tensorboard_trace_handler`` folder (or
 the current one) when it stops; the schedule's skip_first + wait + warmup steps are skipped and
 its first ``active`` steps recorded. (This module maps the API onto the collectors, the layer
@@ -11,6 +12,7 @@ above the adapter; it imports them only when a profile starts.)
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -146,42 +148,40 @@ class profile:
         self.trace_dir: str | None = None
 
     def start(self) -> None:
-        """Begin profiling (opens a recording session unless msprof already records)."""
-        from msprof_py.collectors.session import active_session, start_session
+        """Begin profiling: an in-process recording with the Ascend exports (none when msprof
+        already records the process: its session records these steps)."""
+        from msprof_py.collectors.inprocess import Recording
+        from msprof_py.collectors.session import active_session
 
-        if active_session() is None:
-            self._session = start_session(self._session_config())
+        if active_session() is not None:
+            return
+        output = getattr(self.on_trace_ready, "dir_name", None) or "."
+        warmup, iteration = self._window()
+        command = " ".join(sys.argv) or "torch_npu.profiler"
+        self._recording = Recording(
+            output, warmup=warmup, iteration=iteration, export=True, settle=False, command=command
+        ).start()
 
     def stop(self) -> None:
-        """End profiling: write the profile (when this profile opened the session), then call
-        ``on_trace_ready``."""
-        session = getattr(self, "_session", None)
-        if session is not None:
-            self.trace_dir = str(session.stop() or "")
+        """End profiling: write the profile (when this profile recorded it; ``trace_dir`` is
+        its folder), then call ``on_trace_ready``."""
+        recording = getattr(self, "_recording", None)
+        if recording is not None:
+            self.trace_dir = str(recording.stop() or "")
+            self._recording = None
         if self.on_trace_ready is not None:
             self.on_trace_ready(self)
 
-    def _session_config(self) -> Any:
-        from msprof_py.adapter import runtime
-        from msprof_py.collectors.session import SessionConfig
-
-        output = getattr(self.on_trace_ready, "dir_name", None) or "."
-        warmup, iteration = 0, None
-        if self.schedule is not None:
-            actions = [self.schedule(i).name for i in range(10_000)]
-            recording = [i for i, a in enumerate(actions) if a.startswith("RECORD")]
-            if recording:
-                warmup = recording[0]
-                ends = [i for i in recording if actions[i] == "RECORD_AND_SAVE"]
-                iteration = (ends[0] if ends else recording[-1]) - warmup + 1
-        config = SessionConfig(output=output, warmup=warmup, iteration=iteration)
-        state = runtime.STATE
-        if state is not None:  # keep the device the script installed
-            origin = state.npu.spec.origin
-            config.device = origin.removeprefix("preset ")
-            config.numerics = state.settings.numerics
-            config.host_time = state.settings.host_time
-        return config
+    def _window(self) -> tuple[int, int | None]:
+        """The schedule's recording window: (warm-up steps, steps recorded or None)."""
+        if self.schedule is None:
+            return 0, None
+        actions = [self.schedule(i).name for i in range(10_000)]
+        recording = [i for i, a in enumerate(actions) if a.startswith("RECORD")]
+        if not recording:
+            return 0, None
+        ends = [i for i in recording if actions[i] == "RECORD_AND_SAVE"]
+        return recording[0], (ends[0] if ends else recording[-1]) - recording[0] + 1
 
     def step(self) -> None:
         """Mark the end of a training step."""
