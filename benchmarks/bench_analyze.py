@@ -37,6 +37,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from peak import PEAK_MIB  # noqa: E402
+
 from msprof_py.profile import load  # noqa: E402
 from msprof_py.profile.schema import META_FILE, TABLES  # noqa: E402
 
@@ -127,14 +129,10 @@ def replicate(source: Path, tasks: int, out: Path) -> Path:
     return out
 
 
-CHILD = r"""
+CHILD = (
+    PEAK_MIB
+    + r"""
 import json, resource, sys, time
-def peak_mib():  # this process's own high-water mark: ru_maxrss starts from the parent's
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from msprof_py.analyzers import api
 path = sys.argv[1]
 seen = {}
@@ -150,6 +148,7 @@ print(json.dumps(seen | {"tasks": a.profile["tasks"], "analyze_s": total - seen[
     "total_s": total, "rss_peak_mib": peak_mib(),
     "fired": [f.rule for f in a.fired()]}))
 """
+)
 
 BASELINE = r"""
 import json, sys, time

@@ -47,15 +47,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_analyze import record, replicate  # noqa: E402
 from kineto_trace import write_kineto  # noqa: E402
+from peak import PEAK_MIB  # noqa: E402
 
-MSPROF_CHILD = r"""
+MSPROF_CHILD = (
+    PEAK_MIB
+    + r"""
 import json, resource, sys, time
-def peak_mib():  # this process's own high-water mark: ru_maxrss starts from the parent's
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t0 = time.perf_counter()
 from msprof_py.analyzers import api
 t_import = time.perf_counter() - t0
@@ -70,15 +67,12 @@ print(json.dumps({"import_s": t_import, "load_s": loaded["s"], "total_s": total,
     "rss_mib": peak_mib(),
     "tasks": a.profile["tasks"], "fired": [f.rule for f in a.fired()]}))
 """
+)
 
-HTA_CHILD = r"""
+HTA_CHILD = (
+    PEAK_MIB
+    + r"""
 import json, logging, resource, sys, time, warnings
-def peak_mib():  # this process's own high-water mark: ru_maxrss starts from the parent's
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(l.split()[1]) for l in fh if l.startswith("VmHWM")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 warnings.filterwarnings("ignore")
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
@@ -110,9 +104,12 @@ print(json.dumps({"import_s": t_import, "load_s": t_load, "analyses_s": times,
     "failed": failed, "events": events, "rss_loaded_mib": rss_loaded,
     "rss_mib": peak_mib()}))
 """
+)
 
 
-JSON_CHILD = r"""
+JSON_CHILD = (
+    PEAK_MIB
+    + r"""
 import json, pathlib, sys, time
 t0 = time.perf_counter()
 for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
@@ -120,6 +117,7 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
         json.loads(fh.read())  # as HTA's default parser reads a trace
 print(json.dumps({"parse_s": time.perf_counter() - t0}))
 """
+)
 
 
 def child(python: str, code: str, path: Path, timeout: float) -> dict:

@@ -21,8 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_runs" / "train_resnet.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-LONG_RUN = """
+from peak import PEAK_MIB  # noqa: E402
+
+LONG_RUN = (
+    PEAK_MIB
+    + """
 import json, resource, sys, tempfile, time
 from pathlib import Path
 import torch
@@ -47,9 +52,10 @@ raw_bytes = 0
 if record:
     run = session.stop()
     raw_bytes = sum(p.stat().st_size for p in (run / "msprof_raw").iterdir())
-rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss_mb = peak_mib()
 print(json.dumps({"elapsed": elapsed, "rss_mb": rss_mb, "raw_bytes": raw_bytes}))
 """
+)
 
 
 def best_wall(command: list[str], repeats: int, cwd: Path) -> float:

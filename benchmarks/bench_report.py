@@ -32,10 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_analyze import record, replicate  # noqa: E402
+from peak import PEAK_MIB  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 
-CHILD = r"""
+CHILD = (
+    PEAK_MIB
+    + r"""
 import json, resource, sys, time
 from msprof_py.profile import load
 from msprof_py.analyzers import analyze
@@ -54,8 +57,9 @@ t_raw = time.perf_counter() - t0
 print(json.dumps({"tasks": len(p.tasks), "host_spans": len(host), "load_s": t_load,
     "analyze_s": t_analyze, "report_s": t_report, "report_mb": f.stat().st_size / 2**20,
     "raw_json_s": t_raw, "raw_json_mb": len(raw) / 2**20,
-    "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    "rss_peak_mib": peak_mib()}))
 """
+)
 
 
 def measure(path: Path, out: Path) -> dict:
