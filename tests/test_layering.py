@@ -1,4 +1,5 @@
-"""Layer rules from ARCHITECTURE.md: the device layer imports no torch and nothing above it."""
+"""Layer rules from ARCHITECTURE.md: the device layer imports no torch and nothing above it;
+the analysis side imports no torch and no live runtime."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "msprof_py"
 
@@ -38,18 +41,30 @@ def test_importing_device_and_acl_loads_no_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_analysis_side_uses_only_stored_profiles() -> None:
-    for layer in ("profile", "analyzers", "exporters", "report"):
-        for name in _imports(PACKAGE / layer):
-            assert not name.startswith("torch"), f"{layer} imports {name}"
-            for live in ("msprof_py.adapter", "msprof_py.collectors"):
-                assert not name.startswith(live), f"{layer} imports {name}"
+#: the analysis side works on stored profiles: no torch, no live runtime, and per layer the
+#: other layers it must not reach
+ANALYSIS_SIDE = {
+    "profile": ("adapter", "collectors", "acl", "analyzers", "exporters", "report", "gates"),
+    "analyzers": ("adapter", "collectors", "acl", "exporters", "report", "gates"),
+    "exporters": ("adapter", "collectors", "acl", "device", "report", "gates"),
+    "report": ("adapter", "collectors", "acl", "exporters", "gates"),
+    "gates": ("adapter", "collectors", "acl", "device", "exporters", "report"),
+}
+
+
+@pytest.mark.parametrize("layer", sorted(ANALYSIS_SIDE))
+def test_analysis_side_uses_only_stored_profiles(layer: str) -> None:
+    for name in _imports(PACKAGE / layer):
+        assert not name.startswith("torch"), f"{layer} imports {name}"
+        for banned in ANALYSIS_SIDE[layer]:
+            assert not name.startswith(f"msprof_py.{banned}"), f"{layer} imports {name}"
 
 
 def test_msprof_analyze_starts_without_torch() -> None:
-    code = (
-        "import sys, msprof_py.cli, msprof_py.analyzers, msprof_py.report, msprof_py.exporters;"
-        " print('torch' in sys.modules)"
+    modules = ", ".join(
+        ["msprof_py.cli", "msprof_py.analyzers.command", "msprof_py.analyzers.render"]
+        + [f"msprof_py.{layer}" for layer in ANALYSIS_SIDE]
     )
+    code = f"import sys, {modules}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -99,29 +99,3 @@ def test_unknown_device_spec_is_reported_not_raised() -> None:
 def test_empty_profiles_prepare(n: int) -> None:
     data = context.prepare(steps(Builder(), n, 1000).build(), 0)
     assert data.tasks.empty
-
-
-def test_analyzers_import_no_torch_adapter_or_collectors() -> None:
-    import ast
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    folder = Path(context.__file__).parent
-    for path in folder.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert not name.startswith("torch"), (path.name, name)
-                for banned in ("adapter", "collectors", "exporters"):
-                    assert not name.startswith(f"msprof_py.{banned}"), (path.name, name)
-    code = (
-        "import sys, msprof_py.analyzers, msprof_py.analyzers.command, "
-        "msprof_py.analyzers.render; print('torch' in sys.modules)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
