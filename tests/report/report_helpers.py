@@ -144,9 +144,14 @@ def synthetic_profile(path: Path, tasks: int) -> Profile:
         "memory": _frame("memory", mem, 2 * steps),
         "steps": _frame("steps", step_cols, steps),
     }
-    meta = {
+    return Profile(path, one_rank_meta(f"python synthetic.py --tasks {tasks}"), tables)
+
+
+def one_rank_meta(command: str) -> dict[int, dict]:
+    """The metadata of a hand-made single-rank profile on the default device."""
+    return {
         0: {
-            "command": f"python synthetic.py --tasks {tasks}",
+            "command": command,
             "device": "ascend910b",
             "numerics": "cpu",
             "host_time": "modeled",
@@ -155,7 +160,6 @@ def synthetic_profile(path: Path, tasks: int) -> Profile:
             "world_size": 1,
         }
     }
-    return Profile(path, meta, tables)
 
 
 def _label(page: Any) -> str | None:

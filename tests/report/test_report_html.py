@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from report_helpers import CHROMIUM, open_report
+from report_helpers import CHROMIUM, one_rank_meta, open_report
 
 from msprof_py.profile import TABLES, Profile, load
 from msprof_py.profile.schema import default_row
@@ -95,20 +95,6 @@ def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
     return df
 
 
-def _meta(command: str) -> dict[int, dict]:
-    return {
-        0: {
-            "command": command,
-            "device": "ascend910b",
-            "numerics": "cpu",
-            "host_time": "modeled",
-            "status": "completed",
-            "rank": 0,
-            "world_size": 1,
-        }
-    }
-
-
 def _hostile_profile(path: Path) -> Profile:
     task = {
         "task_id": 0,
@@ -163,7 +149,7 @@ def _hostile_profile(path: Path) -> Profile:
         "memory": _frame("memory", [mem]),
         "steps": _frame("steps", [steps]),
     }
-    return Profile(path, _meta(f"python \"evil.py\" --name='{HOSTILE}'"), tables)
+    return Profile(path, one_rank_meta(f"python \"evil.py\" --name='{HOSTILE}'"), tables)
 
 
 def test_hostile_names_escaped(tmp_path: Path) -> None:
@@ -206,7 +192,8 @@ def _lockstep_rank(rank: int, compute_ns: int, wait_ns: int) -> dict[str, pd.Dat
 def test_multi_rank_report_names_the_slow_rank(tmp_path: Path) -> None:
     ranks = [_lockstep_rank(0, 10_000, 6_000), _lockstep_rank(1, 16_000, 0)]
     tables = {k: pd.concat([r[k] for r in ranks], ignore_index=True) for k in ranks[0]}
-    meta = {r: {**_meta("torchrun train.py")[0], "rank": r, "world_size": 2} for r in (0, 1)}
+    base = one_rank_meta("torchrun train.py")[0]
+    meta = {r: {**base, "rank": r, "world_size": 2} for r in (0, 1)}
     out = write_report(Profile(tmp_path, meta, tables), tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     assert 'id="ranks"' in text
