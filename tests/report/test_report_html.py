@@ -17,6 +17,7 @@ from report_helpers import CHROMIUM, one_rank_meta, open_report
 from msprof_py.profile import TABLES, Profile, load
 from msprof_py.profile.schema import default_row
 from msprof_py.report import write_report
+from msprof_py.report.build import build_html
 from msprof_py.report.command import report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,6 +217,11 @@ def test_command(run_dir: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt: chromium)")
+def test_a_report_from_categorical_strings_is_the_same(run_dir: Path) -> None:
+    """write_report(path) loads strings as categoricals (less memory): same document."""
+    assert build_html(load(run_dir, categorical=True)) == build_html(load(run_dir))
+
+
 def test_recommendations_link_to_their_ops(run_dir: Path, report_file: Path) -> None:
     """Each op link of a finding points at the longest run of that op on the timeline."""
     text = report_file.read_text(encoding="utf-8")
