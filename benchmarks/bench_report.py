@@ -44,7 +44,7 @@ from msprof_py.profile import load
 from msprof_py.analyzers import analyze
 from msprof_py.report import write_report
 path, out = sys.argv[1], sys.argv[2]
-t0 = time.perf_counter(); p = load(path); t_load = time.perf_counter() - t0
+t0 = time.perf_counter(); p = load(path, categorical=True); t_load = time.perf_counter() - t0
 t0 = time.perf_counter(); a = analyze(p); t_analyze = time.perf_counter() - t0
 t0 = time.perf_counter(); f = write_report(p, out, analysis=a); t_report = time.perf_counter() - t0
 host = p.host_events[p.host_events["kind"].isin(["op", "sync", "python", "annotation"])]
