@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -188,11 +187,9 @@ XDIST_TESTS = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # two workers, each importing torch: about 25 s on two cores
 def test_under_xdist_each_worker_keeps_its_own_profiles(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     _write(pytester, XDIST_TESTS)
-    started = time.monotonic()
     result = pytester.runpytest_subprocess(
         "-n", "2", "--npu-profile-dir", "kept", "-p", "no:cacheprovider"
     )
@@ -203,7 +200,6 @@ def test_under_xdist_each_worker_keeps_its_own_profiles(pytester: pytest.Pyteste
     (folder,) = (pytester.path / "kept").iterdir()
     (run,) = [p for p in folder.iterdir() if p.is_dir()]
     assert msprof_py.load(run).meta[0]["command"] == "test_budget.py::test_over"
-    assert time.monotonic() - started < 120
 
 
 def test_budget_names_map_to_the_gate_limits() -> None:
