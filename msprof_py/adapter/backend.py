@@ -11,8 +11,8 @@ would refuse to run).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from msprof_py.adapter.tensors import (
     adopt,
     hold_device_bytes,
     host_view,
+    is_npu_device,
     resync,
     set_storage_format,
     storage_format,
@@ -36,6 +37,8 @@ _META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
 #: ops that may take CPU index tensors alongside npu tensors, as on CUDA
 _CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
+#: ops whose cost depends on their ``groups`` argument (index 8)
+_GROUPED = frozenset({"convolution_overrideable", "convolution_backward_overrideable"})
 _MISMATCH = (
     "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
 )
@@ -57,6 +60,19 @@ class OpPlan:
     #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python scalars)
     tensor_args: tuple[int, ...] = ()
     host_call: Callable[..., Any] | None = None
+    # what the op's name implies for formats and costs, looked up once instead of per call
+    #: the op may take CPU index tensors alongside npu tensors
+    cpu_index_ok: bool = False
+    #: the op runs in any format (see :func:`formats.is_agnostic`)
+    agnostic: bool = False
+    #: the op reads FRACTAL_NZ operands directly
+    nz_ok: bool = False
+    #: input index -> format the (convolution) kernel needs; empty for other ops
+    conv_inputs: dict[int, str] = field(default_factory=dict)
+    #: formats of a convolution's outputs; empty for other ops
+    conv_outputs: Sequence[str] = ()
+    #: the op's ``groups`` argument (index 8) enters its cost
+    has_groups: bool = False
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
@@ -97,7 +113,20 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType)
     )
     return OpPlan(
-        op, base, f"aten::{base}", view, writes, tuple(aliases), returns_value, tensor_args
+        op,
+        base,
+        f"aten::{base}",
+        view,
+        writes,
+        tuple(aliases),
+        returns_value,
+        tensor_args,
+        cpu_index_ok=base in _CPU_INDEX_OK,
+        agnostic=formats.is_agnostic(base),
+        nz_ok=base in formats.NZ_MATMULS,
+        conv_inputs=formats.conv_input_formats(base, len(schema.arguments)),
+        conv_outputs=formats.conv_output_formats(base),
+        has_groups=base in _GROUPED,
     )
 
 
@@ -140,7 +169,7 @@ class _Unwrapped:
 
     def value(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            if v.device.type == "npu":
+            if is_npu_device(v.device):
                 view = host_view(v)
                 self.npu.append(v)
                 self.views.append(view)
@@ -161,13 +190,14 @@ _NUMBERS = (bool, int, float, complex)
 def _rewrap_numbers(plan: OpPlan, args: tuple) -> tuple:
     """Turn Python numbers back into the 0-dim tensors the schema asks for (torch's boxed
     calling convention unwraps wrapped-number tensors such as the 7 in ``x % 7``)."""
-    if not any(i < len(args) and isinstance(args[i], _NUMBERS) for i in plan.tensor_args):
-        return args
-    fixed = list(args)
+    fixed = None
+    count = len(args)
     for i in plan.tensor_args:
-        if i < len(fixed) and isinstance(fixed[i], _NUMBERS):
-            fixed[i] = torch.tensor(fixed[i])
-    return tuple(fixed)
+        if i < count and isinstance(args[i], _NUMBERS):
+            if fixed is None:
+                fixed = list(args)
+            fixed[i] = torch.tensor(args[i])
+    return args if fixed is None else tuple(fixed)
 
 
 def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
@@ -183,26 +213,28 @@ def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -
 def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
     """Run a non-view op: host computation, device kernels, npu outputs."""
     unwrap = _Unwrapped(state.meta)
-    host_args = tuple(unwrap.value(a) for a in args)
+    value = unwrap.value
+    host_args = tuple([value(a) for a in args])
     if plan.tensor_args:
         host_args = _rewrap_numbers(plan, host_args)
-    host_kwargs = {k: unwrap.value(v) for k, v in kwargs.items()}
-    if unwrap.cpu_seen and unwrap.npu and plan.base not in _CPU_INDEX_OK:
+    host_kwargs = {k: value(v) for k, v in kwargs.items()} if kwargs else {}
+    if unwrap.cpu_seen and unwrap.npu and not plan.cpu_index_ok:
         raise RuntimeError(_MISMATCH)
     if plan.returns_value:
         sync_for_value(state, plan.name)
-    ref_format = _prepare_formats(state, plan.base, args, unwrap)
+    ref_format = _prepare_formats(state, plan, args, unwrap)
     result = _run_on_host(state, plan, host_args, host_kwargs)
 
     for i, name in plan.writes:  # out= and in-place ops may resize or re-point their output
         target = args[i] if i < len(args) else kwargs.get(name)
         view = host_args[i] if i < len(args) else host_kwargs.get(name)
-        if isinstance(target, torch.Tensor) and target.device.type == "npu":
+        if isinstance(target, torch.Tensor) and is_npu_device(target.device):
             resync(target, view, state, plan.name)
 
     outputs: list[torch.Tensor | None] = []
     wrapped = _wrap_result(state, plan, result, args, kwargs, outputs)
-    _tag_outputs(state, plan.base, outputs, ref_format)
+    if ref_format is not None or plan.conv_outputs:
+        _tag_outputs(state, plan, outputs, ref_format)
     if not plan.returns_value:
         launch(state, plan, unwrap.npu, outputs, args)
     return wrapped
@@ -219,6 +251,10 @@ def _wrap_result(
     if plan.returns_value or result is None:
         return result
     single = len(plan.returns_alias) == 1
+    if single and plan.returns_alias[0] is None and isinstance(result, torch.Tensor):
+        out = adopt(result, state, plan.name)  # the common case: one fresh tensor
+        outputs.append(out)
+        return out
     results = (result,) if single else result
     wrapped = []
     for k, value in enumerate(results):
@@ -274,20 +310,22 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
             hold_device_bytes(t, padded, state, "TransData")
 
 
-def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwrapped) -> str | None:
+def _prepare_formats(
+    state: AdapterState, plan: OpPlan, args: tuple, unwrap: _Unwrapped
+) -> str | None:
     """Convert inputs to the formats the op's kernel needs; return the format it works in."""
-    needs = formats.conv_input_formats(base, len(args))
+    needs = plan.conv_inputs
     if needs:
         for index, fmt in needs.items():
             t = args[index] if index < len(args) else None
             if (
                 isinstance(t, torch.Tensor)
-                and t.device.type == "npu"
+                and is_npu_device(t.device)
                 and formats.private_allowed(t)
             ):
                 transdata(state, t, fmt)
         return None
-    if formats.is_agnostic(base):
+    if plan.agnostic:
         ref = None
         for t in unwrap.npu:
             fmt = storage_format(t)
@@ -303,7 +341,7 @@ def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwra
             elif fmt is not None and fmt[1] != tuple(t.shape):
                 transdata(state, t, formats.ND)
         return ref
-    nz_ok = base in formats.NZ_MATMULS
+    nz_ok = plan.nz_ok
     for t in unwrap.npu:
         fmt = storage_format(t)
         if fmt is not None and not (nz_ok and fmt[0] == formats.FRACTAL_NZ):
@@ -312,9 +350,10 @@ def _prepare_formats(state: AdapterState, base: str, args: tuple, unwrap: _Unwra
 
 
 def _tag_outputs(
-    state: AdapterState, base: str, outputs: list[torch.Tensor | None], ref: str | None
+    state: AdapterState, plan: OpPlan, outputs: list[torch.Tensor | None], ref: str | None
 ) -> None:
-    conv = formats.conv_output_formats(base)
+    base = plan.base
+    conv = plan.conv_outputs
     tags = conv if conv else [ref] * len(outputs) if ref is not None else ()
     for out, fmt in zip(outputs, tags, strict=False):
         if out is None or fmt is None or fmt == formats.ND or not formats.private_allowed(out):
@@ -359,11 +398,9 @@ def launch(
     Costs are cached by op and (shape, dtype, format) of every tensor: a training loop repeats
     the same ops on the same shapes, so after the first step each op costs one lookup.
     """
-    groups = 1
-    if plan.base == "convolution_overrideable" or plan.base == "convolution_backward_overrideable":
-        groups = int(args[8]) if len(args) > 8 else 1
-    in_keys = tuple(_key(t) for t in inputs)
-    out_keys = tuple(None if o is None else _key(o) for o in outputs)
+    groups = int(args[8]) if plan.has_groups and len(args) > 8 else 1
+    in_keys = tuple([_key(t) for t in inputs])
+    out_keys = tuple([None if o is None else _key(o) for o in outputs])
     cache_key = (plan.base, groups, in_keys, out_keys)
     kernels = _KERNEL_CACHE.get(cache_key)
     if kernels is None:
@@ -373,7 +410,7 @@ def launch(
         if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
             _KERNEL_CACHE.clear()
         _KERNEL_CACHE[cache_key] = kernels
-    present = tuple(k for k in out_keys if k is not None)
+    present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
     for kernel in kernels:
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
 
@@ -404,18 +441,41 @@ def _submit(
     if not state.npu.bus.active:
         engine.submit_kernel(state.stream, cost, name=name, op_type=op_type)
         return
+    fields = _RECORD_FIELDS.get((ins, outs))
+    if fields is None:
+        fields = _record_fields(ins, outs)
     engine.submit_kernel(
         state.stream,
         cost,
         name=name,
         op_type=op_type,
-        input_shapes=tuple(tuple(s) for s, _, _ in ins),
-        input_dtypes=tuple(dtype_name(d) for _, d, _ in ins),
-        input_formats=tuple(f for _, _, f in ins),
-        output_shapes=tuple(tuple(s) for s, _, _ in outs),
-        output_dtypes=tuple(dtype_name(d) for _, d, _ in outs),
-        output_formats=tuple(f for _, _, f in outs),
+        input_shapes=fields[0],
+        input_dtypes=fields[1],
+        input_formats=fields[2],
+        output_shapes=fields[3],
+        output_dtypes=fields[4],
+        output_formats=fields[5],
     )
+
+
+#: (input keys, output keys) -> the shape, dtype and format fields of a task record
+_RECORD_FIELDS: dict[tuple[tuple, tuple], tuple[tuple, ...]] = {}
+
+
+def _record_fields(ins: tuple, outs: tuple) -> tuple[tuple, ...]:
+    """The task record fields describing tensors ``ins`` and ``outs`` (cached, bounded)."""
+    fields = (
+        tuple(tuple(s) for s, _, _ in ins),
+        tuple(dtype_name(d) for _, d, _ in ins),
+        tuple(f for _, _, f in ins),
+        tuple(tuple(s) for s, _, _ in outs),
+        tuple(dtype_name(d) for _, d, _ in outs),
+        tuple(f for _, _, f in outs),
+    )
+    if len(_RECORD_FIELDS) >= _KERNEL_CACHE_LIMIT:
+        _RECORD_FIELDS.clear()
+    _RECORD_FIELDS[(ins, outs)] = fields
+    return fields
 
 
 def sync_for_value(state: AdapterState, name: str) -> None:

@@ -16,7 +16,6 @@ Attributes on the npu storage object:
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 
@@ -34,9 +33,21 @@ _META = torch.device("meta")
 _CPU = torch.device("cpu")
 
 
+#: device -> whether it is an npu device (``device.type`` builds a new string on every call)
+_NPU_DEVICE: dict[torch.device, bool] = {}
+
+
+def is_npu_device(device: torch.device) -> bool:
+    """True for an npu device (cached per device object value)."""
+    found = _NPU_DEVICE.get(device)
+    if found is None:
+        found = _NPU_DEVICE[device] = device.type == "npu"
+    return found
+
+
 def is_npu(value: object) -> bool:
     """True for a tensor on the npu device."""
-    return isinstance(value, torch.Tensor) and value.device.type == "npu"
+    return isinstance(value, torch.Tensor) and is_npu_device(value.device)
 
 
 def backing_storage(t: torch.Tensor) -> torch.UntypedStorage:
@@ -49,11 +60,19 @@ def backing_storage(t: torch.Tensor) -> torch.UntypedStorage:
         ) from None
 
 
+#: (dtype, host device) -> an empty tensor whose ``new_empty`` starts a host view (cheaper than
+#: ``torch.empty`` with a device argument)
+_EMPTY_HOST: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+
 def host_view(t: torch.Tensor) -> torch.Tensor:
     """A CPU (or meta) tensor aliasing ``t``'s values with ``t``'s sizes, strides and offset."""
     storage = backing_storage(t)
-    view = torch.empty(0, dtype=t.dtype, device=storage.device)
-    return view.set_(storage, t.storage_offset(), t.size(), t.stride())
+    key = (t.dtype, storage.device)
+    template = _EMPTY_HOST.get(key)
+    if template is None:
+        template = _EMPTY_HOST[key] = torch.empty(0, dtype=key[0], device=key[1])
+    return template.new_empty(0).set_(storage, t.storage_offset(), t.size(), t.stride())
 
 
 def reserve(nbytes: int, state: AdapterState, tag: str) -> Block:
@@ -79,8 +98,11 @@ class _DeviceMemory:
 
     def __del__(self) -> None:
         # at interpreter shutdown the allocator may already be gone: nothing to return then
-        with contextlib.suppress(Exception):
+        # (try/except rather than contextlib.suppress: this runs once per freed npu storage)
+        try:  # noqa: SIM105
             self.memory.free(self.address)
+        except Exception:
+            pass
 
 
 def _attach(

@@ -84,6 +84,23 @@ def _arg_shapes(args: tuple) -> tuple[str, str]:
     return found
 
 
+#: the attribute columns of a task without attributes (most kernels)
+_NO_ATTRS = ("", False, "", "", 0, 0)
+
+
+def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, int]:
+    """The attribute columns of a task row: copy kind, pinned, collective, algorithm, world
+    size, notify wait."""
+    return (
+        str(attrs.get("copy_kind", "")),
+        bool(attrs.get("pinned", False)),
+        str(attrs.get("collective", "")),
+        str(attrs.get("algorithm", "")),
+        int(attrs.get("world_size", 0)),
+        int(attrs.get("notify_wait_ns", 0)),
+    )
+
+
 class Recorder:
     """Records one process's device activity into a raw profile."""
 
@@ -254,7 +271,7 @@ class Recorder:
     def _task(self, t: TaskRecord) -> None:
         if not self.recording or not self.record_tasks:
             return
-        attrs = t.attrs or {}
+        attrs = t.attrs
         parent = self._open_op[0] if self._open_op else NO_ID
         self.tasks_recorded += 1
         self.writer.append(
@@ -279,12 +296,7 @@ class Recorder:
                 _shapes(t.output_shapes),
                 _joined(t.output_dtypes),
                 _joined(t.output_formats),
-                str(attrs.get("copy_kind", "")),
-                bool(attrs.get("pinned", False)),
-                str(attrs.get("collective", "")),
-                str(attrs.get("algorithm", "")),
-                int(attrs.get("world_size", 0)),
-                int(attrs.get("notify_wait_ns", 0)),
+                *(_attr_fields(attrs) if attrs else _NO_ATTRS),
                 parent,
                 self.step,
             ),
