@@ -80,7 +80,18 @@ def settle_device() -> None:
 
 class Recording:
     """One in-process recording: a context manager (or ``start()`` / ``stop()``); afterwards
-    ``run_dir`` is the profile it wrote, ``load()`` and ``analyze()`` read it."""
+    ``run_dir`` is the profile it wrote, ``load()`` and ``analyze()`` read it.
+
+    Records the code inside ``with record() as rec:`` on the simulated npu device.
+
+    ``output``: the folder the run folder goes into (default: a new temporary folder).
+    ``device``, ``numerics``, ``host_time``: how to install the npu device when the process
+    has not yet (defaults ``ascend910b``, ``cpu``, ``modeled``); once installed, its settings
+    are kept and a different one raises. ``warmup``/``iteration``: the recording window in
+    steps (as ``msprof --warmup/--iteration``). ``export``: also write the Ascend exports.
+    ``settle``: settle the device first (:func:`settle_device`) so figures do not depend on
+    what ran before. One recording runs at a time, never inside an ``msprof`` run.
+    """
 
     def __init__(
         self,
@@ -244,36 +255,5 @@ class Recording:
         return f"<Recording {self.status} run_dir={self.run_dir}>"
 
 
-def record(
-    output: str | Path | None = None,
-    *,
-    device: str | Path | None = None,
-    numerics: str | None = None,
-    host_time: str | None = None,
-    warmup: int = 0,
-    iteration: int | None = None,
-    export: bool = False,
-    settle: bool = True,
-    command: str = "",
-) -> Recording:
-    """Record the code inside ``with record() as rec:`` on the simulated npu device.
-
-    ``output``: the folder the run folder goes into (default: a new temporary folder).
-    ``device``, ``numerics``, ``host_time``: how to install the npu device when the process
-    has not yet (defaults ``ascend910b``, ``cpu``, ``modeled``); once installed, its settings
-    are kept and a different one raises. ``warmup``/``iteration``: the recording window in
-    steps (as ``msprof --warmup/--iteration``). ``export``: also write the Ascend exports.
-    ``settle``: settle the device first (:func:`settle_device`) so figures do not depend on
-    what ran before. One recording runs at a time, never inside an ``msprof`` run.
-    """
-    return Recording(
-        output,
-        device=device,
-        numerics=numerics,
-        host_time=host_time,
-        warmup=warmup,
-        iteration=iteration,
-        export=export,
-        settle=settle,
-        command=command,
-    )
+#: ``with record() as rec:`` (``msprof_py.record``): a :class:`Recording`
+record = Recording
