@@ -342,11 +342,12 @@ class Engine:
         start, end, wait = self._place(
             stream, launch, duration, demand, max(not_before, peers_ready)
         )
-        begin = max(launch, tail, not_before)
-        if peers_ready and begin < start:  # the task waits inside for its peers (notify wait)
-            attrs = {**(attrs or {}), "notify_wait_ns": start - begin}
-            wait = begin - tail if had_tasks else 0
-            start = begin
+        if peers_ready:  # a collective begins when this rank is ready, then waits for its peers
+            begin = max(launch, tail, not_before)
+            if begin < start:
+                attrs = {**(attrs or {}), "notify_wait_ns": start - begin}
+                wait = begin - tail if had_tasks else 0
+                start = begin
         task = TaskRecord(
             self._new_task_id(),
             stream.stream_id,
