@@ -259,8 +259,20 @@ def _check_adam_args(
         raise ValueError(f"Invalid weight_decay value: {weight_decay}")
 
 
-class NpuFusedAdamW(_ClipGradNormFused, torch.optim.AdamW):
+class _FusedAdamStep:
+    """The step of the fused Adam family: one ``_KERNEL`` kernel over all parameters."""
+
+    _KERNEL: str
+
+    def step(self, closure: Closure = None) -> Any:
+        """Update every parameter that has a gradient with one kernel; return the closure's loss."""
+        return _adam_step(self, closure, self._KERNEL)  # type: ignore[arg-type]
+
+
+class NpuFusedAdamW(_FusedAdamStep, _ClipGradNormFused, torch.optim.AdamW):
     """AdamW whose step is one fused ``ApplyAdamW`` kernel over all parameters."""
+
+    _KERNEL = "ApplyAdamW"
 
     def __init__(
         self,
@@ -277,13 +289,11 @@ class NpuFusedAdamW(_ClipGradNormFused, torch.optim.AdamW):
             foreach=False,
         )  # fmt: skip
 
-    def step(self, closure: Closure = None) -> Any:  # type: ignore[override]
-        """Update every parameter that has a gradient with one kernel; return the closure's loss."""
-        return _adam_step(self, closure, "ApplyAdamW")
 
-
-class NpuFusedAdam(_ClipGradNormFused, torch.optim.Adam):
+class NpuFusedAdam(_FusedAdamStep, _ClipGradNormFused, torch.optim.Adam):
     """Adam (L2 weight decay) whose step is one fused ``ApplyAdam`` kernel over all parameters."""
+
+    _KERNEL = "ApplyAdam"
 
     def __init__(
         self,
@@ -299,10 +309,6 @@ class NpuFusedAdam(_ClipGradNormFused, torch.optim.Adam):
             params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
             foreach=False,
         )  # fmt: skip
-
-    def step(self, closure: Closure = None) -> Any:  # type: ignore[override]
-        """Update every parameter that has a gradient with one kernel; return the closure's loss."""
-        return _adam_step(self, closure, "ApplyAdam")
 
 
 class NpuFusedSGD(_ClipGradNormFused, torch.optim.SGD):
