@@ -105,7 +105,9 @@ def test_every_exit_keeps_the_profile(tmp_path: Path, body: str, code: int, stat
     assert list(profile.steps["step"][:2]) == [0, 1]
 
 
-def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
+def _training_until_ready(tmp_path: Path, new_session: bool = False) -> subprocess.Popen:
+    """A long training run under msprof, started and past its third step (it printed
+    ``ready``); fails if it ends or stays silent first."""
     script = _script(
         tmp_path,
         TRAIN.format(steps=1_000_000).replace(
@@ -118,12 +120,18 @@ def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,
+        start_new_session=new_session,
     )
     assert child.stdout is not None
     deadline = time.time() + 120
-    while "ready" not in child.stdout.readline():
+    while "ready" not in (line := child.stdout.readline()):
+        assert line, f"the run ended before its third step: {child.stderr and child.stderr.read()}"
         assert time.time() < deadline
+    return child
+
+
+def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
+    child = _training_until_ready(tmp_path, new_session=True)
     time.sleep(0.5)
     # Ctrl-C reaches the whole process group; like a user, press it again if the first one
     # landed where Python swallows it (inside a __del__, as CPython does everywhere)
@@ -141,22 +149,7 @@ def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
 
 
 def test_sigterm_keeps_the_profile(tmp_path: Path) -> None:
-    script = _script(
-        tmp_path,
-        TRAIN.format(steps=1_000_000).replace(
-            "optimizer.step()", "optimizer.step()\n    if step == 2: print('ready', flush=True)"
-        ),
-    )
-    child = subprocess.Popen(
-        [*MSPROF, "--output=out", "python", str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    while "ready" not in child.stdout.readline():
-        pass
+    child = _training_until_ready(tmp_path)
     child.send_signal(signal.SIGTERM)  # msprof forwards it to the script
     child.communicate(timeout=120)
     assert child.returncode == 128 + signal.SIGTERM
