@@ -72,6 +72,7 @@ def install(
     npu_module.amp = npu_amp  # type: ignore[attr-defined]
     sys.modules.setdefault("torch.npu", npu_module)
     sys.modules.setdefault("torch.npu.amp", npu_amp)
+    sys.modules.setdefault("torch.npu.random", npu_module.random)
     from msprof_py.adapter import distributed
     from msprof_py.adapter.shim import install_import_hook
 

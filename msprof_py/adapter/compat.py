@@ -90,6 +90,9 @@ def _patch_compile() -> None:
 
 def apply(npu_module: Any) -> None:
     """Apply every patch (once per process)."""
+    from msprof_py.adapter import module_conversion
+
+    module_conversion.install()
     _patch_save()
     _patch_accelerator(npu_module)
     _patch_compile()

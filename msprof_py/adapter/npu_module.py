@@ -8,12 +8,26 @@ npu random stream is the CPU generator's, so npu and CPU programs draw the same 
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from msprof_py.adapter import npu_random as random
 from msprof_py.adapter import runtime
+from msprof_py.adapter.npu_random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
 from msprof_py.adapter.streams import (
     Event,
     Stream,
@@ -29,27 +43,57 @@ __all__ = [
     "Stream",
     "current_device",
     "current_stream",
+    "default_generators",
     "default_stream",
+    "device",
     "device_count",
+    "device_of",
     "empty_cache",
+    "get_amp_supported_dtype",
+    "get_device_capability",
     "get_device_name",
     "get_device_properties",
+    "get_per_process_memory_fraction",
+    "get_rng_state",
+    "get_rng_state_all",
+    "get_sync_debug_mode",
+    "init",
+    "initial_seed",
+    "ipc_collect",
     "is_available",
+    "is_bf16_supported",
+    "is_current_stream_capturing",
+    "is_initialized",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
+    "max_memory_cached",
     "max_memory_reserved",
     "mem_get_info",
     "memory_allocated",
+    "memory_cached",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_summary",
+    "random",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
     "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
+    "set_rng_state",
+    "set_rng_state_all",
     "set_stream",
+    "set_sync_debug_mode",
     "stream",
     "synchronize",
 ]
+
+#: the npu generators: the CPU default generator (see :mod:`msprof_py.adapter.npu_random`)
+default_generators: tuple[torch.Generator, ...] = (torch.default_generator,)
 
 _current_device = 0
 
@@ -150,46 +194,82 @@ def get_device_properties(device: Any = None) -> DeviceProperties:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    """Low-precision dtypes autocast may use on npu."""
-    return [torch.float16, torch.bfloat16]
+    """Dtypes autocast may use on npu (bfloat16 only where the cube runs it, as torch_npu)."""
+    if is_bf16_supported():
+        return [torch.float16, torch.bfloat16, torch.float32]
+    return [torch.float16, torch.float32]
 
 
-# ---- seeds ---------------------------------------------------------------------------------
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """True where the device's cube multiplies bfloat16 (A2-class presets; not 910A or 310P)."""
+    return "bfloat16" in runtime.state().npu.spec.cube.fractal
 
 
-def manual_seed(seed: int) -> None:
-    """Seed the npu generator (the CPU default generator, shared with CPU code)."""
-    torch.default_generator.manual_seed(int(seed))
+_CAPABILITY = re.compile(r"^(\d+)\.(\d+)$")
 
 
-def manual_seed_all(seed: int) -> None:
-    """Same as :func:`manual_seed` (one device per process). Never calls torch.manual_seed."""
-    torch.default_generator.manual_seed(int(seed))
+def get_device_capability(device: Any = None) -> tuple[int, int] | None:
+    """None, as torch_npu answers: an NPU has no CUDA compute capability.
+
+    Like torch_npu, the environment variable ``TORCH_NPU_DEVICE_CAPABILITY="major.minor"``
+    sets the answer for libraries that insist on one.
+    """
+    configured = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY", "")
+    match = _CAPABILITY.match(configured)
+    if match is None:
+        if configured:
+            warnings.warn(
+                f"TORCH_NPU_DEVICE_CAPABILITY={configured!r} is not 'major.minor'; ignored",
+                stacklevel=2,
+            )
+        return None
+    return int(match.group(1)), int(match.group(2))
 
 
-def seed() -> None:
-    """Seed the generator from a non-deterministic source."""
-    torch.default_generator.seed()
+def is_current_stream_capturing() -> bool:
+    """False: the simulated device has no graph capture (NPUGraph)."""
+    return False
 
 
-def seed_all() -> None:
-    """Same as :func:`seed`."""
-    torch.default_generator.seed()
+class device:
+    """Context manager that selects a device index for its block, as ``torch.cuda.device``."""
+
+    def __init__(self, device: Any) -> None:
+        if isinstance(device, (str, torch.device)):
+            device = torch.device(device).index
+        self.idx = -1 if device is None else int(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = current_device()
+        if self.idx >= 0:
+            set_device(self.idx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.idx >= 0:
+            set_device(self.prev_idx)
 
 
-def initial_seed() -> int:
-    """The seed the generator started from."""
-    return torch.default_generator.initial_seed()
+def device_of(obj: Any) -> device:
+    """:class:`device` of an npu tensor (a no-op context for anything else)."""
+    if isinstance(obj, torch.Tensor) and obj.device.type == "npu":
+        return device(obj.device)
+    return device(-1)
 
 
-def get_rng_state(device: Any = None) -> torch.Tensor:
-    """The generator state (a CPU byte tensor)."""
-    return torch.default_generator.get_state()
+_sync_debug_mode = 0
 
 
-def set_rng_state(new_state: torch.Tensor, device: Any = None) -> None:
-    """Restore a generator state from :func:`get_rng_state`."""
-    torch.default_generator.set_state(new_state)
+def set_sync_debug_mode(debug_mode: int | str) -> None:
+    """Accepted for compatibility (0/"default", 1/"warn", 2/"error"); syncs are on the timeline."""
+    global _sync_debug_mode
+    names = {"default": 0, "warn": 1, "error": 2}
+    _sync_debug_mode = names[debug_mode] if isinstance(debug_mode, str) else int(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """The value set by :func:`set_sync_debug_mode`."""
+    return _sync_debug_mode
 
 
 # ---- memory --------------------------------------------------------------------------------
@@ -237,6 +317,46 @@ def reset_peak_memory_stats(device: Any = None) -> None:
 def reset_max_memory_allocated(device: Any = None) -> None:
     """Same as :func:`reset_peak_memory_stats`."""
     _memory().reset_peak_stats()
+
+
+def memory_cached(device: Any = None) -> int:
+    """Deprecated torch name of :func:`memory_reserved`."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device: Any = None) -> int:
+    """Deprecated torch name of :func:`max_memory_reserved`."""
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_cached(device: Any = None) -> None:
+    """Same as :func:`reset_peak_memory_stats`."""
+    _memory().reset_peak_stats()
+
+
+def memory_snapshot() -> list[dict[str, Any]]:
+    """The caching allocator's segments and blocks (``torch.cuda.memory_snapshot`` shape)."""
+    return _memory().snapshot()
+
+
+_memory_fraction = 1.0
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Accepted for compatibility (0 < fraction <= 1); the simulated HBM size does not change."""
+    global _memory_fraction
+    if not 0.0 < float(fraction) <= 1.0:
+        raise ValueError(f"invalid memory fraction {fraction}: must be in (0, 1]")
+    _memory_fraction = float(fraction)
+
+
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    """The value set by :func:`set_per_process_memory_fraction` (1.0 by default)."""
+    return _memory_fraction
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: the simulated device shares no memory between processes."""
 
 
 def empty_cache() -> None:
