@@ -38,9 +38,7 @@ def _held_tensors(
 ) -> tuple[list[tuple[nn.Module, str, nn.Parameter]], list[tuple[nn.Module, str, torch.Tensor]]]:
     """Every (module, name, parameter) and (module, name, buffer) slot the conversion visits."""
     modules = [m for _, m in root.named_modules(remove_duplicate=False)] if recurse else [root]
-    params = [
-        (m, key, p) for m in modules for key, p in m._parameters.items() if p is not None
-    ]
+    params = [(m, key, p) for m in modules for key, p in m._parameters.items() if p is not None]
     buffers = [(m, key, b) for m in modules for key, b in m._buffers.items() if b is not None]
     return params, buffers
 

@@ -6,11 +6,10 @@ import copy
 
 import pytest
 import torch
+from adapter_helpers import run_script
 from torch import nn
 
 from msprof_py.device import SimulatedNpu
-
-from adapter_helpers import run_script
 
 
 class TiedLM(nn.Module):

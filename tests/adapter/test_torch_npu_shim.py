@@ -56,7 +56,8 @@ def test_transfer_to_npu_runs_a_cuda_script_unchanged() -> None:
         torch.cuda.synchronize()
         event = torch.cuda.Event(enable_timing=True)
         print(x.device, y.device, y.dtype, z.dtype, isinstance(torch.device("cuda"), torch.device))
-        print(x.to(torch.device("cuda:0")).device, x.cuda().device, x.is_cuda, torch.cuda.memory_allocated() > 0)
+        moved = x.to(torch.device("cuda:0"))
+        print(moved.device, x.cuda().device, x.is_cuda, torch.cuda.memory_allocated() > 0)
         print(torch.amp.GradScaler("cuda")._device, type(event).__name__)
         """
     )
