@@ -177,11 +177,18 @@ def register() -> None:
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
         # structured ops would decompose into empty + .out; ops with both a CPU kernel and a
-        # CompositeExplicitAutograd one (native_layer_norm ...) would decompose differently
-        # from CPU: both run whole, so the host computes exactly what CPU computes
+        # composite one (native_layer_norm, mish_backward, silu_backward ...) would decompose
+        # differently from CPU: both run whole, so the host computes exactly what CPU computes
+        # (and autograd treats them as it does on CPU, where the CPU kernel wins too)
         whole = name.startswith("aten::") and (
             has_kernel(name, "CompositeExplicitAutogradNonFunctional")
-            or (has_kernel(name, "CPU") and has_kernel(name, "CompositeExplicitAutograd"))
+            or (
+                has_kernel(name, "CPU")
+                and (
+                    has_kernel(name, "CompositeExplicitAutograd")
+                    or has_kernel(name, "CompositeImplicitAutograd")
+                )
+            )
         )
         if whole:
             packet, _, overload = name[len("aten::") :].partition(".")
