@@ -3,6 +3,10 @@
 - ``torch.save`` of npu tensors: serialise through a CPU copy, reload onto npu.
 - ``torch.accelerator`` functions the Python backend cannot serve natively (synchronize, memory
   statistics) are forwarded to ``torch.npu``.
+- The DataLoader's pin-memory thread calls ``torch.set_num_threads(1)`` for itself, but the
+  setting is process-wide: on a real device that only slows CPU work, on the simulated one the
+  host computes every npu op, and fewer intra-op threads change reduction orders (results differ
+  from CPU by an ulp). That call is ignored, so npu ops run with the threads the script has.
 - ``torch.compile``'s default backend (inductor) cannot lower npu graphs; for graphs with npu
   inputs it is replaced by ``aot_eager``, whose ATen ops still run on the device.
 """
@@ -10,6 +14,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +68,19 @@ def _patch_accelerator(npu_module: Any) -> None:
             setattr(memory, name, _forward(getattr(memory, name), getattr(npu_module, target)))
 
 
+def _patch_pin_memory_threads() -> None:
+    original = torch.set_num_threads
+
+    @functools.wraps(original)
+    def set_num_threads(num: int) -> None:
+        caller = sys._getframe(1).f_code
+        if caller.co_name == "_pin_memory_loop" and "torch/utils/data" in caller.co_filename:
+            return
+        original(num)
+
+    torch.set_num_threads = set_num_threads
+
+
 def _has_npu_input(example_inputs: Any) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "npu" for t in example_inputs)
 
@@ -94,5 +112,6 @@ def apply(npu_module: Any) -> None:
 
     module_conversion.install()
     _patch_save()
+    _patch_pin_memory_threads()
     _patch_accelerator(npu_module)
     _patch_compile()
