@@ -180,7 +180,6 @@ class _Pending:
     kwargs: dict
 
 
-
 class _HostFunction(torch.autograd.Function):
     """The autograd node of a host op call: the host graph does the differentiation."""
 
