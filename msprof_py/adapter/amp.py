@@ -5,8 +5,8 @@ torch 2.13 registers no autocast kernels for PrivateUse1, so the backend brings 
 float32, ops in :data:`PROMOTE` in the widest floating dtype among their inputs. Each kernel
 casts the npu floating-point inputs (a ``Cast`` task on the device) and calls the op below the
 autocast key; casts of weights (leaf tensors that require grad) are cached for the autocast
-region, as torch does. The policy follows ``torch.autocast("cuda")``, except for the recurrent ops, which follow
-``torch.autocast("cpu")`` (see :mod:`msprof_py.adapter.host_ops`).
+region, as torch does. The policy follows ``torch.autocast("cuda")``, except for the recurrent
+ops, which follow ``torch.autocast("cpu")`` (see :mod:`msprof_py.adapter.host_ops`).
 """
 
 from __future__ import annotations

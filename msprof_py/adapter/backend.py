@@ -219,7 +219,7 @@ _NO_CPU_KERNEL = "with arguments from the 'CPU' backend"
 
 def _failed_op(text: str, default: str) -> str:
     """The op the dispatcher could not run (``aten::x`` in "Could not run 'aten::x' ...")."""
-    head, sep, rest = text.partition("Could not run '")
+    _, sep, rest = text.partition("Could not run '")
     return rest.split("'", 1)[0] if sep else default
 
 

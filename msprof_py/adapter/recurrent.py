@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import torch
 
-from msprof_py.adapter.host_ops import Call, HostOp, Plan, Shape, Task
+from msprof_py.adapter.host_ops import Call, HostOp, Plan, Planner, Shape, Task
 from msprof_py.adapter.opcost import TensorInfo, dtype_name, is_a2_class, op_tasks
 from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
 from msprof_py.device.dtypes import itemsize
@@ -220,7 +220,7 @@ def fused_layer_tasks(spec: DeviceSpec, kind: str, layer: Layer, training: bool)
     return Plan(forward, backward)
 
 
-def _fused_planner(kind: str):  # noqa: ANN202 - a Planner
+def _fused_planner(kind: str) -> Planner:
     def planner(spec: DeviceSpec, call: Call) -> Plan:
         forward: list[Task] = []
         backward: list[Task] = []
@@ -289,7 +289,7 @@ def _bias_grads(spec: DeviceSpec, n: int, g: int, d: torch.dtype) -> list[Task]:
     return [t for _ in range(2) for t in _tasks(spec, "sum", [((n, g), d)], [((g,), d)])]
 
 
-def _simple_planner(kind: str):  # noqa: ANN202 - a Planner
+def _simple_planner(kind: str) -> Planner:
     def planner(spec: DeviceSpec, call: Call) -> Plan:
         forward: list[Task] = []
         backward: list[Task] = []
@@ -307,7 +307,7 @@ def _simple_planner(kind: str):  # noqa: ANN202 - a Planner
     return planner
 
 
-def _cell_planner(kind: str):  # noqa: ANN202 - a Planner
+def _cell_planner(kind: str) -> Planner:
     def planner(spec: DeviceSpec, call: Call) -> Plan:
         args = call.args
         x, w_ih, w_hh = args["input"], args["w_ih"], args["w_hh"]
