@@ -33,7 +33,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from msprof_py.adapter import backend, runtime
-from msprof_py.adapter.tensors import adopt, host_view, is_npu_device
+from msprof_py.adapter.tensors import adopt, hold_workspace, host_view, is_npu_device
 from msprof_py.device.costmodel import KernelCost
 from msprof_py.device.spec import DeviceSpec
 
@@ -57,6 +57,9 @@ class Plan:
 
     forward: tuple[Task, ...]
     backward: tuple[Task, ...] = ()
+    #: device memory the kernels keep for the backward beyond the outputs (gate activations,
+    #: softmax statistics): held while autograd keeps the call
+    saved_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +211,8 @@ class _HostFunction(torch.autograd.Function):
                 state.npu.spec, Call(bind(pending.op, pending.args, pending.kwargs), outputs, True)
             )
             _launch(state, hop.label, plan.forward)
-        ctx.pending = pending
+            ctx.workspace = hold_workspace(plan.saved_bytes, state, hop.label + " (saved)")
+        ctx.hop = hop  # not the arguments: autograd keeps only what the backward needs
         ctx.plan = plan
         ctx.host_results = results
         ctx.leaves = leaves
@@ -220,7 +224,7 @@ class _HostFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:  # type: ignore[override]
         ctx.saved_tensors  # noqa: B018 - checks the outputs' versions
-        hop: HostOp = ctx.pending.hop
+        hop: HostOp = ctx.hop
         leaves: list[torch.Tensor | None] = ctx.leaves
         pairs = [
             (r, host_view(g))

@@ -191,9 +191,18 @@ def _fused_layer_bytes(kind: str, layer: Layer, training: bool) -> int:
         elements += r * h
     if kind == "lstm":
         elements += 2 * batch * h  # c0, c_n
-    if training:  # the gate activations (and LSTM's cell state and tanh(c)) of every step
-        elements += n * g + (2 * n * h if kind == "lstm" else n * h)
+    if training:
+        elements += saved_elements(kind, layer)
     return elements * layer.dtype.itemsize
+
+
+def saved_elements(kind: str, layer: Layer) -> int:
+    """Elements one layer and direction keeps for the backward beyond its outputs: the gate
+    activations of every step, and LSTM's cell state and tanh(c) (RNN: the hidden states)."""
+    n, h = layer.total_rows, layer.hidden
+    if kind not in GATE_OPS:
+        return n * h
+    return n * GATES[kind] * h + (2 * n * h if kind == "lstm" else n * h)
 
 
 def fused_layer_tasks(spec: DeviceSpec, kind: str, layer: Layer, training: bool) -> Plan:
@@ -224,11 +233,13 @@ def _fused_planner(kind: str) -> Planner:
     def planner(spec: DeviceSpec, call: Call) -> Plan:
         forward: list[Task] = []
         backward: list[Task] = []
+        saved = 0
         for layer in layers_of(kind, call):
             plan = fused_layer_tasks(spec, kind, layer, call.training)
             forward.extend(plan.forward)
             backward[:0] = plan.backward  # the backward runs the layers in reverse
-        return Plan(tuple(forward), tuple(backward))
+            saved += saved_elements(kind, layer) * layer.dtype.itemsize
+        return Plan(tuple(forward), tuple(backward), saved)
 
     return planner
 
@@ -293,6 +304,7 @@ def _simple_planner(kind: str) -> Planner:
     def planner(spec: DeviceSpec, call: Call) -> Plan:
         forward: list[Task] = []
         backward: list[Task] = []
+        saved = 0
         for layer in layers_of(kind, call):
             steps = [simple_step_tasks(spec, kind, r, layer) for r in layer.rows]
             forward.extend(t for f, _ in steps for t in f)
@@ -302,7 +314,8 @@ def _simple_planner(kind: str) -> Planner:
             if layer.bias:
                 back += _bias_grads(spec, n, h, layer.dtype)
             backward[:0] = back
-        return Plan(tuple(forward), tuple(backward))
+            saved += saved_elements(kind, layer) * layer.dtype.itemsize
+        return Plan(tuple(forward), tuple(backward), saved)
 
     return planner
 
@@ -321,7 +334,7 @@ def _cell_planner(kind: str) -> Planner:
             backward += _weight_grads(spec, rows, g, (i, h), d)
             if bias:
                 backward += _bias_grads(spec, rows, g, d)
-            return Plan(tuple(forward), tuple(backward))
+            return Plan(tuple(forward), tuple(backward), rows * h * d.itemsize)
         gates: Shape = ((rows, g), d)
         state: Shape = ((rows, h), d)
         size = d.itemsize
@@ -356,7 +369,7 @@ def _cell_planner(kind: str) -> Planner:
             *_tasks(spec, "mm", [gates, ((g, h), d)], [state]),  # dh
             *_weight_grads(spec, rows, g, (i, h), d),
         ]
-        return Plan(tuple(forward), tuple(backward))
+        return Plan(tuple(forward), tuple(backward), rows * g * size)  # the workspace
 
     return planner
 

@@ -74,7 +74,7 @@ def _flash(spec: DeviceSpec, call: Call, dims: tuple[int, ...]) -> Plan:
     if drop is not None:  # the mask is generated again for the backward
         forward.insert(0, Task("DropOutGenMaskV3", drop, (shape(q),), ()))
         backward.insert(0, Task("DropOutGenMaskV3", drop, (shape(q),), ()))
-    return Plan(tuple(forward), tuple(backward))
+    return Plan(tuple(forward), tuple(backward), stats)  # the softmax statistics
 
 
 def _tasks(spec: DeviceSpec, base: str, ins: Sequence[Shape], outs: Sequence[Shape]) -> list[Task]:
@@ -116,7 +116,7 @@ def _math(spec: DeviceSpec, call: Call, dims: tuple[int, ...]) -> Plan:
         *_tasks(spec, "mul", [qs], [qs]),
         *_tasks(spec, "mul", [ks], [ks]),
     ]
-    return Plan(tuple(forward), tuple(backward))
+    return Plan(tuple(forward), tuple(backward), b * sq * skv * dt.itemsize)  # softmax(QK^T)
 
 
 def _dims(call: Call) -> tuple[int, ...]:

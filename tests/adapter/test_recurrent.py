@@ -247,3 +247,22 @@ def test_lstm_cell_is_two_matmuls_and_the_fused_gate_kernel(
     assert [k.op_type for k in kernels] == ["MatMul", "MatMul", "ThnnFusedLstmCell"]
     assert [k.flops for k in kernels[:2]] == [2 * 4 * 64 * 8, 2 * 4 * 64 * 16]
     assert kernels[2].task_type == TaskType.AI_VECTOR_CORE
+
+
+def test_training_holds_the_saved_gate_activations_in_device_memory(npu: SimulatedNpu) -> None:
+    lstm = nn.LSTM(16, 32).to("npu")
+    x = torch.randn(5, 3, 16, device="npu")
+    with torch.no_grad():
+        base = torch.npu.memory_allocated()
+        out = lstm(x)
+        plain = torch.npu.memory_allocated() - base
+    del out
+    base = torch.npu.memory_allocated()
+    out = lstm(x)
+    held = torch.npu.memory_allocated() - base
+    # i, f, g, o of 15 rows x 32 units, plus the cell state and tanh(c): fp32, rounded blocks
+    saved = (15 * 4 * 32 + 2 * 15 * 32) * 4
+    block = npu.spec.allocation.caching_round_bytes
+    assert held - plain == -(-saved // block) * block
+    del out
+    assert torch.npu.memory_allocated() == base  # freed with the graph
