@@ -5,7 +5,8 @@ torch 2.13 registers no autocast kernels for PrivateUse1, so the backend brings 
 float32, ops in :data:`PROMOTE` in the widest floating dtype among their inputs. Each kernel
 casts the npu floating-point inputs (a ``Cast`` task on the device) and calls the op below the
 autocast key; casts of weights (leaf tensors that require grad) are cached for the autocast
-region, as torch does. The policy follows ``torch.autocast("cuda")``.
+region, as torch does. The policy follows ``torch.autocast("cuda")``, except for the recurrent
+ops, which follow ``torch.autocast("cpu")`` (see :mod:`msprof_py.adapter.host_ops`).
 """
 
 from __future__ import annotations
@@ -43,12 +44,11 @@ LOWER_PRECISION = (
     "bmm",
     "chain_matmul",
     "linalg_multi_dot",
-    "lstm_cell",
-    "gru_cell",
-    "rnn_tanh_cell",
-    "rnn_relu_cell",
     "scaled_dot_product_attention",
 )
+# The recurrent ops (cells included) are absent on purpose: they run whole on the host
+# (msprof_py.adapter.host_ops) under CPU autocast, so their dtypes and values are what
+# torch.autocast("cpu") gives the same module.
 #: ops that run in float32
 FP32 = (
     "acos",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from msprof_py.adapter import formats, runtime
-from msprof_py.adapter.errors import NumericsNoneError
+from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.adapter.tensors import (
@@ -39,7 +39,7 @@ _HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
 _CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 #: ops whose cost depends on their ``groups`` argument (index 8)
 _GROUPED = frozenset({"convolution_overrideable", "convolution_backward_overrideable"})
-_MISMATCH = (
+MISMATCH = (
     "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
 )
 
@@ -205,9 +205,22 @@ def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -
     try:
         return call(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as exc:
-        if state.meta and "meta" in str(exc).lower():
+        text = str(exc)
+        if state.meta and "meta" in text.lower():
             raise NumericsNoneError(f"{plan.name} ({plan.op})") from None
+        if isinstance(exc, NotImplementedError) and _NO_CPU_KERNEL in text:
+            raise unsupported_op(_failed_op(text, plan.name)) from None
         raise
+
+
+#: how the dispatcher says an op has no CPU kernel
+_NO_CPU_KERNEL = "with arguments from the 'CPU' backend"
+
+
+def _failed_op(text: str, default: str) -> str:
+    """The op the dispatcher could not run (``aten::x`` in "Could not run 'aten::x' ...")."""
+    _, sep, rest = text.partition("Could not run '")
+    return rest.split("'", 1)[0] if sep else default
 
 
 def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
@@ -219,7 +232,7 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
         host_args = _rewrap_numbers(plan, host_args)
     host_kwargs = {k: value(v) for k, v in kwargs.items()} if kwargs else {}
     if unwrap.cpu_seen and unwrap.npu and not plan.cpu_index_ok:
-        raise RuntimeError(_MISMATCH)
+        raise RuntimeError(MISMATCH)
     if plan.returns_value:
         sync_for_value(state, plan.name)
     ref_format = _prepare_formats(state, plan, args, unwrap)
@@ -426,6 +439,27 @@ def launch_custom(
     """Launch a kernel an adapter-implemented op (fused op, collective) costed itself."""
     _submit(
         state, name, op_type, cost, tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
+    )
+
+
+def launch_shapes(
+    state: AdapterState,
+    name: str,
+    op_type: str,
+    cost: costmodel.KernelCost,
+    inputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+    outputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+) -> None:
+    """Launch a kernel described by the (shape, dtype) of the plain-layout tensors it reads
+    and writes (kernels of a host op that are not one npu tensor each, such as time steps)."""
+    nd = formats.ND
+    _submit(
+        state,
+        name,
+        op_type,
+        cost,
+        tuple((s, d, nd) for s, d in inputs),
+        tuple((s, d, nd) for s, d in outputs),
     )
 
 

@@ -34,3 +34,40 @@ class NumericsNoneError(RuntimeError):
             "(shapes only); run with numerics='cpu' to compute values"
         )
         self.operation = operation
+
+
+_SDPA = "torch.nn.functional.scaled_dot_product_attention (or torch_npu.npu_fusion_attention)"
+_CONV = "torch.nn.functional.conv1d/conv2d/conv3d"
+#: ops without a CPU kernel (CUDA-only fused kernels ...) -> what to call on npu instead
+ALTERNATIVES = {
+    "_thnn_fused_lstm_cell": "torch.nn.LSTM or torch.nn.LSTMCell",
+    "_thnn_fused_lstm_cell_backward_impl": "torch.nn.LSTM or torch.nn.LSTMCell",
+    "_thnn_fused_gru_cell": "torch.nn.GRU or torch.nn.GRUCell",
+    "_thnn_fused_gru_cell_backward": "torch.nn.GRU or torch.nn.GRUCell",
+    "_cudnn_rnn": "torch.nn.LSTM, torch.nn.GRU or torch.nn.RNN",
+    "miopen_rnn": "torch.nn.LSTM, torch.nn.GRU or torch.nn.RNN",
+    "_fused_dropout": "torch.nn.functional.dropout",
+    "_scaled_dot_product_flash_attention": _SDPA,
+    "_scaled_dot_product_efficient_attention": _SDPA,
+    "_scaled_dot_product_cudnn_attention": _SDPA,
+    "_flash_attention_forward": _SDPA,
+    "_efficient_attention_forward": _SDPA,
+    "cudnn_convolution": _CONV,
+    "cudnn_convolution_transpose": "torch.nn.functional.conv_transpose2d",
+    "cudnn_batch_norm": "torch.nn.functional.batch_norm",
+    "_cudnn_ctc_loss": "torch.nn.functional.ctc_loss",
+}
+
+
+def unsupported_op(name: str) -> NotImplementedError:
+    """The one-line error for an op the npu cannot run: ``name`` (``aten::_fused_dropout``)
+    has no CPU kernel, and the simulated npu runs every op through its CPU kernel."""
+    base = name.split("::", 1)[-1].split(".", 1)[0]
+    message = (
+        f"{name} is not supported on the npu device: the simulated npu runs ops through their "
+        "CPU kernels and this op has none"
+    )
+    alternative = ALTERNATIVES.get(base)
+    if alternative is not None:
+        message += f"; use {alternative} instead"
+    return NotImplementedError(message)

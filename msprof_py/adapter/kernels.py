@@ -214,5 +214,10 @@ def register() -> None:
     impl.impl("convolution_overrideable", backend.whole_op_kernel(forward), "PrivateUse1")
     impl.impl("convolution_backward_overrideable", backend.whole_op_kernel(backward), "PrivateUse1")
 
+    # composites whose npu path would differ from the CPU's: the whole op runs on the host
+    from msprof_py.adapter import host_ops, recurrent, sdpa
+
+    host_ops.register(impl, [*recurrent.host_ops(), *sdpa.host_ops()])
+
     impl.impl("_pin_memory", pin_memory, "CPU")
     impl.impl("is_pinned", is_pinned, "CPU")

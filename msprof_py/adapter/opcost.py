@@ -347,3 +347,13 @@ def op_tasks(
         spec, elements=elements, dtype=dtype, bytes_moved=nbytes, ops_per_element=ops
     )
     return [PlannedKernel(op_type_of(base), cost)]
+
+
+#: SoC versions of the A2/A3 generation (910B, 910_93): split cube (AIC) and vector (AIV)
+#: cores, MIX kernels and the fused FlashAttention kernels
+_A2_SOCS = ("Ascend910B", "Ascend910_93")
+
+
+def is_a2_class(spec: DeviceSpec) -> bool:
+    """True for an A2/A3-class device (Ascend910B*, Ascend910_93), from its ``soc_version``."""
+    return spec.soc_version.startswith(_A2_SOCS)

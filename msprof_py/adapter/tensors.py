@@ -105,6 +105,15 @@ class _DeviceMemory:
             pass
 
 
+def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
+    """Device memory of ``nbytes`` that no tensor shows (intermediates a kernel saves for its
+    backward); held until the returned handle is dropped."""
+    if nbytes <= 0:
+        return None
+    block = reserve(nbytes, state, tag)
+    return _DeviceMemory(state.npu.memory, block.address)
+
+
 def _attach(
     npu_storage: torch.UntypedStorage,
     backing: torch.UntypedStorage,

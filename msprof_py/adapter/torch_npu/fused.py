@@ -306,6 +306,42 @@ class _Attention:
         )
 
 
+def bnsd_attention(
+    batch: int,
+    heads: int,
+    kv_heads: int,
+    sq: int,
+    skv: int,
+    d: int,
+    dv: int,
+    scale: float,
+    keep_prob: float = 1.0,
+    causal: bool = False,
+    has_mask: bool = False,
+) -> _Attention:
+    """The FlashAttentionScore description of a [B, N, S, D] attention (for other callers
+    that launch the fused kernel, such as ``scaled_dot_product_attention``); ``causal`` is
+    top-left aligned (sparse mode 2). Its ``cost(dtype, nbytes, backward=...)`` is the
+    kernel's cost."""
+    return _Attention(
+        layout="BNSD",
+        head_num=heads,
+        kv_heads=kv_heads,
+        batch=batch,
+        sq=sq,
+        skv=skv,
+        d=d,
+        dv=dv,
+        scale=scale,
+        keep_prob=keep_prob,
+        pre_tokens=_MAX_TOKENS,
+        next_tokens=_MAX_TOKENS,
+        sparse_mode=2 if causal else 0,
+        seed=0,
+        has_mask=has_mask,
+    )
+
+
 def _batch_row(t: torch.Tensor, index: int) -> torch.Tensor:
     """Row ``index`` of a [B, ...] tensor (a batch of 1 broadcasts), keeping the batch axis."""
     row = index if t.shape[0] > 1 else 0
@@ -487,16 +523,24 @@ def _describe(
     return spec, numels
 
 
-def _launch_drop_mask(spec: _Attention, numels: int, query: torch.Tensor) -> int:
-    """With dropout, torch_npu first generates the bit mask (DropOutGenMaskV3): its bytes."""
-    if not 0.0 < spec.keep_prob < 1.0:
-        return 0
+def drop_mask_cost(keep_prob: float, numels: int) -> KernelCost | None:
+    """The DropOutGenMaskV3 kernel generating the bit mask of ``numels`` scores (None
+    without dropout); the mask's bytes are ``cost.bytes``."""
+    if not 0.0 < keep_prob < 1.0:
+        return None
     nbytes = -(-numels // 128) * 128 // 8 + 32
-    cost = vector_cost(
+    return vector_cost(
         state().npu.spec, elements=numels, dtype="uint8", bytes_moved=nbytes, ops_per_element=1 / 8
     )
+
+
+def _launch_drop_mask(spec: _Attention, numels: int, query: torch.Tensor) -> int:
+    """With dropout, torch_npu first generates the bit mask (DropOutGenMaskV3): its bytes."""
+    cost = drop_mask_cost(spec.keep_prob, numels)
+    if cost is None:
+        return 0
     launch_kernel("DropOutGenMaskV3", "npu_dropout_gen_mask", cost, [query], [])
-    return nbytes
+    return cost.bytes
 
 
 class _FusionAttention(torch.autograd.Function):
