@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import torchvision_guard  # noqa: E402
+import torchvision_guard
 
 torchvision_guard.guard()
 
