@@ -76,9 +76,7 @@ def _device_to_host(
 ) -> None:
     values = shapes_only.known_view(src) if state.meta else host_view(src)
     if values is None:  # shapes only, values computed on the device: a framework placeholder
-        shapes_only.allow_placeholder(
-            "copying npu tensor values to the host (.cpu(), .to('cpu'))"
-        )
+        shapes_only.allow_placeholder("copying npu tensor values to the host (.cpu(), .to('cpu'))")
     if storage_format(src) is not None:
         transdata(state, src, formats.ND, retag=False)
     pinned = is_pinned_host(dst)
