@@ -432,6 +432,9 @@ class ProcessGroupHCCL(dist.ProcessGroup):
                 ready, _KINDS[name], nbytes, timeout, known=unwrap.values
             )
             done = self._submit(state, name, cost_op, nbytes, ready, arrival) if on_device else None
+        except BaseException:
+            unwrap.unknown_results()  # no values arrive in the outputs' host memory
+            raise
         finally:
             state.leave()
         if everywhere:

@@ -110,7 +110,8 @@ def writable_view(t: torch.Tensor) -> torch.Tensor | None:
         nbytes = backing_storage(t).nbytes()
         if nbytes > KNOWN_LIMIT_BYTES or not _covers_storage(t):
             return None
-        shadow = storage._npu_known = torch.UntypedStorage(nbytes)  # type: ignore[attr-defined]
+        shadow = torch.zeros(nbytes, dtype=torch.uint8).untyped_storage()  # never garbage
+        storage._npu_known = shadow  # type: ignore[attr-defined]
     return _on(shadow, t)
 
 
