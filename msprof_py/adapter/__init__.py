@@ -7,9 +7,11 @@
     npu.engine.host_ns                          # the simulated timeline can be inspected
 
 ``numerics="cpu"`` computes every value on the CPU (bitwise what the same program computes on
-CPU); ``numerics="none"`` runs on shapes only (meta tensors) and fails clearly at the first
-operation that needs values. ``host_time="modeled"`` charges the spec's dispatch cost per op
-(deterministic); ``"measured"`` adds the real time the script spends between ops.
+CPU); ``numerics="none"`` runs on shapes only (meta tensors): values the host sent read back
+exactly, framework reads of computed values (GradScaler, DDP ...) get placeholder zeros, and any
+other read fails clearly (:mod:`msprof_py.adapter.shapes_only`). ``host_time="modeled"``
+charges the spec's dispatch cost per op (deterministic); ``"measured"`` adds the real time the
+script spends between ops.
 """
 
 from __future__ import annotations

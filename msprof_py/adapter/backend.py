@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import formats, runtime
+from msprof_py.adapter import formats, runtime, shapes_only
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState
@@ -34,6 +34,9 @@ from msprof_py.device import costmodel
 from msprof_py.device.formats import storage_bytes
 
 _META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+_META = torch.device("meta")
+#: how torch says an op has no Meta kernel
+_NO_META_KERNEL = "no fake impl or Meta kernel"
 _HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
 #: ops that may take CPU index tensors alongside npu tensors, as on CUDA
 _CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
@@ -176,6 +179,8 @@ class _Unwrapped:
                 return view
             if v.dim() > 0:
                 self.cpu_seen = True
+            elif self.meta:  # a CPU scalar beside meta views: out= kernels refuse to mix them
+                return v.to(_META)
             return v
         if isinstance(v, (list, tuple)) and v and isinstance(v[0], (torch.Tensor, type(None))):
             return type(v)(self.value(x) for x in v)
@@ -187,16 +192,17 @@ class _Unwrapped:
 _NUMBERS = (bool, int, float, complex)
 
 
-def _rewrap_numbers(plan: OpPlan, args: tuple) -> tuple:
+def _rewrap_numbers(plan: OpPlan, args: tuple, meta: bool) -> tuple:
     """Turn Python numbers back into the 0-dim tensors the schema asks for (torch's boxed
-    calling convention unwraps wrapped-number tensors such as the 7 in ``x % 7``)."""
+    calling convention unwraps wrapped-number tensors such as the 7 in ``x % 7``); on the
+    meta device beside meta views."""
     fixed = None
     count = len(args)
     for i in plan.tensor_args:
         if i < count and isinstance(args[i], _NUMBERS):
             if fixed is None:
                 fixed = list(args)
-            fixed[i] = torch.tensor(args[i])
+            fixed[i] = torch.tensor(args[i], device=_META) if meta else torch.tensor(args[i])
     return args if fixed is None else tuple(fixed)
 
 
@@ -207,6 +213,10 @@ def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -
     except (NotImplementedError, RuntimeError) as exc:
         text = str(exc)
         if state.meta and "meta" in text.lower():
+            if plan.writes and not plan.returns_alias and _NO_META_KERNEL in text:
+                # an in-place op returning nothing (torch's fused SGD / Adagrad steps) keeps
+                # its outputs' shapes: on shapes only there is nothing to compute
+                return None
             raise NumericsNoneError(f"{plan.name} ({plan.op})") from None
         if isinstance(exc, NotImplementedError) and _NO_CPU_KERNEL in text:
             raise unsupported_op(_failed_op(text, plan.name)) from None
@@ -229,7 +239,7 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
     value = unwrap.value
     host_args = tuple([value(a) for a in args])
     if plan.tensor_args:
-        host_args = _rewrap_numbers(plan, host_args)
+        host_args = _rewrap_numbers(plan, host_args, state.meta)
     host_kwargs = {k: value(v) for k, v in kwargs.items()} if kwargs else {}
     if unwrap.cpu_seen and unwrap.npu and not plan.cpu_index_ok:
         raise RuntimeError(MISMATCH)
@@ -243,6 +253,8 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
         view = host_args[i] if i < len(args) else host_kwargs.get(name)
         if isinstance(target, torch.Tensor) and is_npu_device(target.device):
             resync(target, view, state, plan.name)
+        if state.meta:  # the device wrote it: values the host knew are gone
+            shapes_only.forget(target)
 
     outputs: list[torch.Tensor | None] = []
     wrapped = _wrap_result(state, plan, result, args, kwargs, outputs)
@@ -437,6 +449,8 @@ def launch_custom(
     outputs: list[torch.Tensor] | tuple,
 ) -> None:
     """Launch a kernel an adapter-implemented op (fused op, collective) costed itself."""
+    if state.meta:  # the kernel writes its outputs: values the host knew are gone
+        shapes_only.forget(outputs)
     _submit(
         state, name, op_type, cost, tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
     )
@@ -516,6 +530,11 @@ def sync_for_value(state: AdapterState, name: str) -> None:
     """The host needs a value computed on the device: wait for the stream, copy it back."""
     if state.meta:
         raise NumericsNoneError(name)
+    record_value_sync(state, name)
+
+
+def record_value_sync(state: AdapterState, name: str) -> None:
+    """The host waits for the stream and copies a value (8 bytes) back: a blocking D2H task."""
     from msprof_py.device import CopyKind
 
     engine = state.npu.engine

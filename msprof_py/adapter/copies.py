@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from msprof_py.adapter import formats, runtime
+from msprof_py.adapter import formats, runtime, shapes_only
 from msprof_py.adapter.backend import transdata
-from msprof_py.adapter.errors import NumericsNoneError
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.adapter.tensors import host_view, set_storage_format, storage_format
@@ -63,7 +62,9 @@ def _host_to_device(
     if src.dtype != dst.dtype:
         _cast_kernel(state, src, dst, "Cast")
     fmt = storage_format(dst)
-    if not state.meta:
+    if state.meta:  # shapes only: the values the host sent stay known (small tensors)
+        shapes_only.write_known(dst, src)
+    else:
         host_view(dst).copy_(src)
     if fmt is not None:  # the host sent ND data into a private-format tensor: re-lay it
         set_storage_format(dst, None)
@@ -73,8 +74,9 @@ def _host_to_device(
 def _device_to_host(
     state: AdapterState, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool
 ) -> None:
-    if state.meta:
-        raise NumericsNoneError("copying npu tensor values to the host (.cpu(), .to('cpu'))")
+    values = shapes_only.known_view(src) if state.meta else host_view(src)
+    if values is None:  # shapes only, values computed on the device: a framework placeholder
+        shapes_only.allow_placeholder("copying npu tensor values to the host (.cpu(), .to('cpu'))")
     if storage_format(src) is not None:
         transdata(state, src, formats.ND, retag=False)
     pinned = is_pinned_host(dst)
@@ -86,7 +88,10 @@ def _device_to_host(
         blocking=not (pinned and non_blocking),
         name="aten::copy_ (D2H)",
     )
-    dst.copy_(host_view(src))
+    if values is None:
+        dst.zero_()
+    else:
+        dst.copy_(values)
 
 
 def _device_to_device(state: AdapterState, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -100,5 +105,7 @@ def _device_to_device(state: AdapterState, src: torch.Tensor, dst: torch.Tensor)
         )
     else:
         _cast_kernel(state, src, dst, "Cast" if src.dtype != dst.dtype else "ViewCopy")
-    if not state.meta:
+    if state.meta:
+        shapes_only.write_known(dst, shapes_only.known_view(src))
+    else:
         host_view(dst).copy_(host_view(src))

@@ -64,7 +64,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from msprof_py.adapter import backend, formats, runtime
+from msprof_py.adapter import backend, formats, runtime, shapes_only
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.adapter.tensors import host_view, storage_format
 from msprof_py.device.collectives import CollectiveOp, collective_cost
@@ -155,23 +155,42 @@ def _nbytes(tensors: Sequence[torch.Tensor]) -> int:
 
 
 class _Unwrapper:
-    """Host views of a collective's npu tensors (CPU tensors pass through)."""
+    """Host views of a collective's npu tensors (CPU tensors pass through).
+
+    With numerics "none" a view is a CPU view of the tensor's host-known values where it has
+    them (see :mod:`msprof_py.adapter.shapes_only`); an output gets fresh host memory for the
+    values to arrive in. The collective moves values only when every rank knows all of its
+    inputs; otherwise the tensors it writes become unknown.
+    """
 
     def __init__(self, meta: bool) -> None:
         self.meta = meta
         self.npu: list[torch.Tensor] = []
+        #: npu tensors the collective writes (outputs and in-place tensors)
+        self.written: list[torch.Tensor] = []
+        #: with numerics "none": every npu view holds host values
+        self.known = True
 
-    def __call__(self, t: torch.Tensor) -> torch.Tensor:
-        if t.device.type == "npu":
-            self.npu.append(t)
+    def __call__(self, t: torch.Tensor, output: bool = False) -> torch.Tensor:
+        if t.device.type != "npu":
+            return t
+        self.npu.append(t)
+        self.written.append(t)  # in-place collectives write their inputs too
+        if not self.meta:
             return host_view(t)
-        return t
+        view = shapes_only.writable_view(t) if output else shapes_only.known_view(t)
+        if view is None:
+            self.known = False
+            return host_view(t)
+        return view
 
-    def many(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return [self(t) for t in tensors]
+    def many(self, tensors: Sequence[torch.Tensor], output: bool = False) -> list[torch.Tensor]:
+        return [self(t, output) for t in tensors]
 
-    def nested(self, lists: Sequence[Sequence[torch.Tensor]]) -> list[list[torch.Tensor]]:
-        return [self.many(ts) for ts in lists]
+    def nested(
+        self, lists: Sequence[Sequence[torch.Tensor]], output: bool = False
+    ) -> list[list[torch.Tensor]]:
+        return [self.many(ts, output) for ts in lists]
 
     @property
     def on_device(self) -> bool:
@@ -179,8 +198,12 @@ class _Unwrapper:
 
     @property
     def values(self) -> bool:
-        """False when the npu tensors hold shapes only (numerics="none"): nothing to send."""
-        return not (self.meta and self.npu)
+        """False when some npu tensor holds shapes only (numerics="none"): nothing to send."""
+        return not (self.meta and self.npu and not self.known)
+
+    def unknown_results(self) -> None:
+        """The collective ran without values: what it wrote is unknown to the host."""
+        shapes_only.forget(self.written)
 
 
 class HcclWork(dist.Work):
@@ -362,14 +385,20 @@ class ProcessGroupHCCL(dist.ProcessGroup):
 
     # ---- the common path ------------------------------------------------------------------
 
-    def _exchange(self, ready_ns: int, kind: int, nbytes: int, timeout: timedelta) -> int:
-        """All ranks' latest ready time; raise when the ranks called different collectives."""
-        probe = torch.tensor([ready_ns, kind, -kind, nbytes, -nbytes], dtype=torch.int64)
+    def _exchange(
+        self, ready_ns: int, kind: int, nbytes: int, timeout: timedelta, known: bool = True
+    ) -> tuple[int, bool]:
+        """All ranks' latest ready time, and whether every rank has the values to move
+        (``known``: False where numerics "none" left an input without values); raise when the
+        ranks called different collectives."""
+        probe = torch.tensor(
+            [ready_ns, kind, -kind, nbytes, -nbytes, -int(known)], dtype=torch.int64
+        )
         opts = AllreduceOptions()
         opts.reduceOp = dist.ReduceOp.MAX
         opts.timeout = timeout
         self._gloo.allreduce([probe], opts).wait()
-        latest, kind_max, kind_min, bytes_max, bytes_min = probe.tolist()
+        latest, kind_max, kind_min, bytes_max, bytes_min, unknown = probe.tolist()
         if kind_max != -kind_min or bytes_max != -bytes_min:
             names = {v: k for k, v in _KINDS.items()}
             raise RuntimeError(
@@ -377,7 +406,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
                 f"{nbytes} B; others: {names.get(kind_max)}/{names.get(-kind_min)}, "
                 f"{bytes_max}/{-bytes_min} B)"
             )
-        return latest
+        return latest, unknown == -1
 
     def _launch(
         self,
@@ -399,11 +428,20 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         state.enter()
         try:
             ready = self._arrive(state, unwrap.npu) if on_device else 0
-            arrival = self._exchange(ready, _KINDS[name], nbytes, timeout)
+            arrival, everywhere = self._exchange(
+                ready, _KINDS[name], nbytes, timeout, known=unwrap.values
+            )
             done = self._submit(state, name, cost_op, nbytes, ready, arrival) if on_device else None
+        except BaseException:
+            unwrap.unknown_results()  # no values arrive in the outputs' host memory
+            raise
         finally:
             state.leave()
-        future = _after(gloo_call(), value, finish) if unwrap.values else _finished(value)
+        if everywhere:
+            future = _after(gloo_call(), value, finish)
+        else:  # shapes only on some rank: no values to move
+            unwrap.unknown_results()
+            future = _finished(value)
         work = HcclWork(future, done, host_sync=barrier)
         if done is not None and _in_backward():
             # DDP consumes gradient all-reduces through the future, at the end of backward
@@ -505,7 +543,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     ) -> HcclWork:
         opts = opts if opts is not None else AllgatherOptions()
         unwrap = self._unwrapper()
-        outs = unwrap.nested(output_tensors)
+        outs = unwrap.nested(output_tensors, output=True)
         ins = unwrap.many(input_tensors)
         return self._launch(
             "allgather",
@@ -523,7 +561,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         """``all_gather_into_tensor``: the ranks' inputs concatenated into ``output``."""
         opts = opts if opts is not None else AllgatherOptions()
         unwrap = self._unwrapper()
-        out, inp = unwrap(output), unwrap(input)
+        out, inp = unwrap(output, output=True), unwrap(input)
         return self._launch(
             "allgather",
             CollectiveOp.ALL_GATHER,
@@ -544,7 +582,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     ) -> HcclWork:
         opts = opts if opts is not None else ReduceScatterOptions()
         unwrap = self._unwrapper()
-        outs = unwrap.many(output_tensors)
+        outs = unwrap.many(output_tensors, output=True)
         ins = unwrap.nested(input_tensors)
         gloo_opts, finish = self._reduce_op(opts, ReduceScatterOptions, outs)
         return self._launch(
@@ -564,7 +602,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         """``reduce_scatter_tensor``: ``input`` reduced over the ranks, this rank's share."""
         opts = opts if opts is not None else ReduceScatterOptions()
         unwrap = self._unwrapper()
-        out, inp = unwrap(output), unwrap(input)
+        out, inp = unwrap(output, output=True), unwrap(input)
         gloo_opts, finish = self._reduce_op(opts, ReduceScatterOptions, [out])
 
         def call() -> dist.Work:
@@ -615,7 +653,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         """Gather to ``opts.rootRank``; costed as an all-gather of the gathered bytes."""
         opts = opts if opts is not None else GatherOptions()
         unwrap = self._unwrapper()
-        outs = unwrap.nested(output_tensors)
+        outs = unwrap.nested(output_tensors, output=True)
         ins = unwrap.many(input_tensors)
         return self._launch(
             "gather",
@@ -636,7 +674,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         """Scatter from ``opts.rootRank``; costed as an all-gather (a scatter moves as much)."""
         opts = opts if opts is not None else ScatterOptions()
         unwrap = self._unwrapper()
-        outs = unwrap.many(output_tensors)
+        outs = unwrap.many(output_tensors, output=True)
         ins = unwrap.nested(input_tensors)
         return self._launch(
             "scatter",

@@ -26,7 +26,11 @@ def raise_oom(exc: NpuOutOfMemoryError) -> NoReturn:
 
 
 class NumericsNoneError(RuntimeError):
-    """An operation needed tensor values while the device runs with ``numerics="none"``."""
+    """An operation needed tensor values while the device runs with ``numerics="none"``.
+
+    Raised for reads the shapes-only policy gives no value (see
+    :mod:`msprof_py.adapter.shapes_only`) and for ops whose output shape depends on values.
+    """
 
     def __init__(self, operation: str) -> None:
         super().__init__(

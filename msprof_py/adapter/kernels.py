@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import backend, copies, runtime
+from msprof_py.adapter import backend, copies, runtime, shapes_only
 from msprof_py.adapter.tensors import host_view, new_tensor
 
 aten = torch.ops.aten
@@ -86,12 +86,24 @@ def to_copy(
 
 
 def local_scalar_dense(self: torch.Tensor) -> Any:
-    """``.item()``: the host waits for the device and copies the value back."""
+    """``.item()``: the host waits for the device and copies the value back.
+
+    With numerics "none" the value is the host-known one, or a framework read's placeholder
+    zero (see :mod:`msprof_py.adapter.shapes_only`); any other read raises.
+    """
     state = runtime.state()
+    name = "Tensor.item() (aten::_local_scalar_dense)"
     state.enter("aten::_local_scalar_dense", (self,))
     try:
-        backend.sync_for_value(state, "Tensor.item() (aten::_local_scalar_dense)")
-        return host_view(self).item()
+        if not state.meta:
+            backend.sync_for_value(state, name)
+            return host_view(self).item()
+        known = shapes_only.known_view(self)
+        if known is None:
+            shapes_only.allow_placeholder(name)
+            known = torch.zeros((), dtype=self.dtype)
+        backend.record_value_sync(state, name)
+        return known.item()
     finally:
         state.leave()
 

@@ -27,7 +27,7 @@ from torch.optim.adam import adam as _adam
 from torch.optim.optimizer import required  # type: ignore[attr-defined]
 from torch.optim.sgd import sgd as _sgd
 
-from msprof_py.adapter import backend
+from msprof_py.adapter import backend, shapes_only
 from msprof_py.adapter.custom_ops import device_call, host, launch_kernel, state, wrap
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.tensors import set_storage_format, storage_format
@@ -226,9 +226,13 @@ class _ClipGradNormFused:
                 spec, elements=elements, dtype="float32", bytes_moved=nbytes + 4, ops_per_element=3
             )
             launch_kernel(op_type, "clip_grad_norm_fused_", cost, grads, [total])
-            backend.sync_for_value(current, "clip_grad_norm_fused_")  # `if clip_coef < 1`
+            # the host reads the norm: `if clip_coef < 1`; on shapes only the norm reads as the
+            # placeholder 0 (within bounds: no scaling), see msprof_py.adapter.shapes_only
+            if current.meta:
+                shapes_only.allow_placeholder("clip_grad_norm_fused_")
+            backend.record_value_sync(current, "clip_grad_norm_fused_")
             clip_coef = max_norm / (total_h + 1e-6)
-            if bool(clip_coef < 1):
+            if not current.meta and bool(clip_coef < 1):
                 for g in grads:
                     host(g).mul_(clip_coef.to(g.dtype))
                 cost = vector_cost(
