@@ -248,16 +248,29 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
     ref_format = _prepare_formats(state, plan, args, unwrap)
     result = _run_on_host(state, plan, host_args, host_kwargs)
 
+    # shapes only: an in-place op on known values updates them on the host (None: unknown now)
+    known_written = (
+        shapes_only.compute_known(plan.op, args, kwargs, is_npu_device, plan.writes)
+        if state.meta and plan.writes
+        else None
+    )
     for i, name in plan.writes:  # out= and in-place ops may resize or re-point their output
         target = args[i] if i < len(args) else kwargs.get(name)
         view = host_args[i] if i < len(args) else host_kwargs.get(name)
         if isinstance(target, torch.Tensor) and is_npu_device(target.device):
             resync(target, view, state, plan.name)
-        if state.meta:  # the device wrote it: values the host knew are gone
-            shapes_only.forget(target)
+        if state.meta:  # the device wrote it: values the host knew are gone, unless computed
+            if known_written is None:
+                shapes_only.forget(target)
+            elif name == "out" and isinstance(known_written, torch.Tensor):
+                shapes_only.write_known(target, known_written)
 
     outputs: list[torch.Tensor | None] = []
     wrapped = _wrap_result(state, plan, result, args, kwargs, outputs)
+    if state.meta and not plan.writes and outputs:
+        known = shapes_only.compute_known(plan.op, args, kwargs, is_npu_device)
+        if known is not None:
+            shapes_only.remember(outputs, known)
     if ref_format is not None or plan.conv_outputs:
         _tag_outputs(state, plan, outputs, ref_format)
     if not plan.returns_value:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import NoReturn
 
 import torch
@@ -33,11 +34,25 @@ class NumericsNoneError(RuntimeError):
     """
 
     def __init__(self, operation: str) -> None:
+        where = _caller_outside_the_stack()
         super().__init__(
-            f"{operation} needs tensor values, but the npu device runs with numerics='none' "
-            "(shapes only); run with numerics='cpu' to compute values"
+            f"{operation}{f' at {where}' if where else ''} needs tensor values, but the npu "
+            "device runs with numerics='none' (shapes only); run with numerics='cpu' to "
+            "compute values"
         )
         self.operation = operation
+        self.location = where
+
+
+def _caller_outside_the_stack() -> str:
+    """``file:line`` of the innermost frame outside torch and msprof_py (the user's read)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/torch/" not in path and "/msprof_py/" not in path and not path.startswith("<frozen"):
+            return f"{path}:{frame.f_lineno}"
+        frame = frame.f_back
+    return ""
 
 
 _SDPA = "torch.nn.functional.scaled_dot_product_attention (or torch_npu.npu_fusion_attention)"

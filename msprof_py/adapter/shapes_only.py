@@ -8,7 +8,12 @@ The host still needs a few, and the policy for them is:
    or collective of such tensors) keeps a host copy of its values until a device kernel writes
    it. Reading it back (``.item()``, ``.cpu()``) returns those exact values. This is what
    DistributedDataParallel's checks need: its parameter count and shapes, and the bucket
-   indices it broadcasts, travel H2D, through a collective and D2H unchanged.
+   indices it broadcasts, travel H2D, through a collective and D2H unchanged. A functional op
+   whose tensor inputs are all known (and not random) is computed from them on the host, so
+   its small outputs are known too: attention masks, position ids and label masks that models
+   derive from host-sent batches (``mask == 1``, ``mask.all()``, ``cumsum``) keep their values,
+   and library control flow that tests them (Hugging Face's "is this mask all ones?") runs as
+   it does with values. The device kernels are launched either way.
 2. **Framework reads of computed values get a neutral placeholder.** A read of a value the
    device would have computed, made by framework code whose reads are bookkeeping with a
    known meaning (the modules in :data:`FRAMEWORK_READERS`: GradScaler's found-inf check,
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from typing import Any
 
 import torch
 
@@ -122,6 +128,89 @@ def write_known(dst: torch.Tensor, values: torch.Tensor | None) -> None:
         forget(dst)
     else:
         view.copy_(values)
+
+
+def _known_arg(value: Any, is_npu: Any) -> tuple[bool, Any]:
+    """(ok, host value) of one argument: npu tensors by their known values."""
+    if isinstance(value, torch.Tensor):
+        if not is_npu(value.device):
+            return True, value
+        known = known_view(value)
+        return known is not None, known
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+        pairs = [_known_arg(v, is_npu) for v in value]
+        return all(ok for ok, _ in pairs), type(value)(v for _, v in pairs)
+    return True, value
+
+
+#: in-place ops whose result does not depend on the target's old values
+_OVERWRITES = frozenset({"zero_", "fill_"})
+
+
+def compute_known(
+    op: torch._ops.OpOverload,
+    args: tuple,
+    kwargs: dict,
+    is_npu: Any,
+    writes: tuple[tuple[int, str], ...] = (),
+) -> Any | None:
+    """``op``'s result computed from the known values of its npu inputs, or None if some input
+    is unknown (or the op is random). The result holds CPU tensors; an in-place or ``out=`` op
+    updates the known values of what it writes (``writes``: its written (index, name) pairs),
+    which an ``out=`` op or an overwriting one (``zero_``, ``fill_``) may start knowing."""
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return None
+    overwrites = op._schema.name.split("::")[-1] in _OVERWRITES
+    written = {i for i, name in writes if overwrites or name == "out"}
+    written_names = {name for i, name in writes if overwrites or name == "out"}
+
+    def resolve(value: Any, may_start: bool, name: str = "") -> tuple[bool, Any]:
+        if may_start and isinstance(value, torch.Tensor) and is_npu(value.device):
+            if name == "out":  # may be resized: computed into a fresh CPU tensor (returned)
+                return True, torch.empty(0, dtype=value.dtype)
+            view = known_view(value)
+            view = writable_view(value) if view is None else view
+            return view is not None, view
+        return _known_arg(value, is_npu)
+
+    host_args = []
+    for i, a in enumerate(args):
+        ok, v = resolve(a, i in written)
+        if not ok:
+            return None
+        host_args.append(v)
+    host_kwargs = {}
+    for k, a in kwargs.items():
+        ok, v = resolve(a, k in written_names, k)
+        if not ok:
+            return None
+        host_kwargs[k] = v
+    if "device" in host_kwargs:
+        host_kwargs["device"] = torch.device("cpu")
+    try:
+        return op(*host_args, **host_kwargs)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None  # the values stay unknown; the meta result stands
+
+
+def remember(outputs: list[torch.Tensor | None], values: Any) -> None:
+    """Make each npu output hold the matching known value (outputs in the order of the op's
+    flattened tensor results); outputs without one, or over the limit, stay unknown."""
+    flat: list[torch.Tensor] = []
+
+    def collect(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            flat.append(v)
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                collect(item)
+
+    collect(values)
+    if len(flat) != len(outputs):
+        return
+    for out, value in zip(outputs, flat, strict=True):
+        if out is not None and out.shape == value.shape and out.dtype == value.dtype:
+            write_known(out, value)
 
 
 # ---- reads of values the device computed ------------------------------------------------

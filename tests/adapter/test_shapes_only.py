@@ -206,9 +206,13 @@ def test_values_the_host_sent_read_back_exactly() -> None:
         u = torch.empty(3, dtype=torch.float64, device="npu")
         u.copy_(t)  # a device copy of known values: known, converted
         res = {"t": t.cpu().tolist(), "item": t[1].item(), "u": u.cpu().tolist()}
+        res["derived"] = (u * 2).cumsum(0).cpu().tolist()  # computed from known values: known
         res["d2h"] = [x.bytes for x in log.tasks if x.op_type == "MEMCPY_D2H"]
-        t.add_(1)  # computed on the device from now on
-        for name, read in (("after add_", lambda: t.cpu()), ("computed", lambda: (u * 2).cpu())):
+        res["kernels"] = [x.op_type for x in log.tasks if x.kind.value == "kernel"]
+        t.add_(1)  # an in-place op on known values: still known
+        res["added"] = t.cpu().tolist()
+        t.add_(torch.randn(3, device="npu").long())  # mixed with unknown (random) values
+        for name, read in (("after add_", lambda: t.cpu()), ("computed", lambda: (t * 2).cpu())):
             try:
                 read()
                 res[name] = "no error"
@@ -218,7 +222,10 @@ def test_values_the_host_sent_read_back_exactly() -> None:
         """
     )
     assert out["t"] == [3, 4, 5] and out["item"] == 4 and out["u"] == [3.0, 4.0, 5.0]
-    assert out["d2h"] == [24, 8, 24]  # each read is still a D2H copy on the timeline
+    assert out["derived"] == [6.0, 14.0, 24.0]
+    assert out["added"] == [4, 5, 6]
+    assert out["d2h"] == [24, 8, 24, 24]  # each read is still a D2H copy on the timeline
+    assert "Mul" in out["kernels"] and "Cumsum" in out["kernels"]  # and the kernels still run
     for name in ("after add_", "computed"):
         assert out[name].startswith("copying npu tensor values to the host"), out[name]
         assert "numerics='none'" in out[name]
@@ -246,7 +253,8 @@ def test_application_reads_of_computed_values_fail_clearly() -> None:
     )
     assert result.returncode == 0, result.stderr
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
-    assert lines["item"].startswith("Tensor.item() (aten::_local_scalar_dense) needs tensor")
+    assert lines["item"].startswith("Tensor.item() (aten::_local_scalar_dense) at <string>:")
+    assert "needs tensor values" in lines["item"]  # the read is named with its place
     assert lines["bool"].startswith("Tensor.item()")
     assert lines["cpu"].startswith("copying npu tensor values to the host")
     assert lines["mask"].startswith("aten::") and "needs tensor values" in lines["mask"]
