@@ -235,13 +235,15 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from msprof_py.safe_text import cell
+
     out = Table(title="Simulated NPU presets" if not spec_file else f"Device spec {spec_file}")
     out.add_column("", style="bold", no_wrap=True)
     for name in table:
         out.add_column(name, overflow="fold")
     figures = [key for key in next(iter(table.values())) if key != "description"]
     for key in figures:
-        out.add_row(key, *(entry[key] for entry in table.values()))
+        out.add_row(key, *(cell(entry[key]) for entry in table.values()))
     Console().print(out)
 
 

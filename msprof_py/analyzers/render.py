@@ -11,6 +11,7 @@ from rich.table import Table
 from msprof_py.analyzers.api import Analysis
 from msprof_py.analyzers.findings import FIRED, SKIPPED
 from msprof_py.analyzers.schema import headline
+from msprof_py.safe_text import cell, terminal, visible
 
 PRIORITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -45,8 +46,8 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
     table = Table(title=title, title_justify="left")
     for i, c in enumerate(columns):
         table.add_column(c, justify="left" if i == 0 else "right")
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # profile strings (op types ...) are never read as markup
+        table.add_row(*(cell(value) for value in row))
     return table
 
 
@@ -58,10 +59,11 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
     h = headline(a)
     warmup = info["warmup_skipped"]
     skipped = f", warm-up step(s) {step_list(warmup)} left out" if warmup else ""
-    console.print(f"[bold]msprof analyze[/bold]: {info['path']}")
+    console.print(f"[bold]msprof analyze[/bold]: {terminal(info['path'])}")
     console.print(
-        f"  ranks {info['ranks']} (details for rank {rank})   device {info['device']}   "
-        f"steps {step_list(info['steps_analysed'])} from the {info['step_source']}{skipped}"
+        f"  ranks {info['ranks']} (details for rank {rank})   device {terminal(info['device'])}   "
+        f"steps {step_list(info['steps_analysed'])} from the {terminal(info['step_source'])}"
+        f"{skipped}"
     )
     console.print(
         f"  mean step [bold]{h['mean_step_us']:,.1f} us[/bold]   device busy "
@@ -172,15 +174,16 @@ def _findings(a: Analysis, console: Console) -> None:
             if f.estimated_gain_us is not None
             else "no time estimate"
         )
-        console.print(
-            f" {i}. [{style}]{(f.priority or '').upper()}[/{style}] [bold]{f.title}[/bold]"
-        )
-        console.print(f"    {f.message}", highlight=False)
-        console.print(f"    -> {f.advice}", highlight=False)
-        console.print(f"    {gain}", style="dim", highlight=False)
-    ok = [f.rule for f in a.findings if f.status == "ok"]
+        priority = terminal((f.priority or "").upper())
+        console.print(f" {i}. [{style}]{priority}[/{style}] [bold]{terminal(f.title)}[/bold]")
+        # messages and advice quote op types and module paths: printed without markup
+        plain = {"markup": False, "highlight": False}
+        console.print(f"    {visible(f.message)}", **plain)
+        console.print(f"    -> {visible(f.advice)}", **plain)
+        console.print(f"    {gain}", style="dim", **plain)
+    ok = [visible(f.rule) for f in a.findings if f.status == "ok"]
     if ok:
-        console.print(f" ok: {', '.join(ok)}", style="dim")
+        console.print(f" ok: {', '.join(ok)}", style="dim", markup=False)
     for f in a.findings:
         if f.status == SKIPPED:
-            console.print(f" {f.rule}: {f.message}", style="dim", highlight=False)
+            console.print(f" {visible(f.rule)}: {visible(f.message)}", style="dim", markup=False)

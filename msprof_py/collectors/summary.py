@@ -9,6 +9,7 @@ from rich.table import Table
 
 from msprof_py.analyzers import Analysis
 from msprof_py.analyzers.schema import headline
+from msprof_py.safe_text import cell, terminal
 
 
 def print_run_summary(
@@ -27,22 +28,24 @@ def print_run_summary(
             "activity was recorded (did it use the npu device?)"
         )
         return
-    console.print(f"[bold]msprof[/bold]: profile written to {folder}")
+    where = terminal(folder)
+    console.print(f"[bold]msprof[/bold]: profile written to {where}")
     console.print(
-        f"  per rank: *_ascend_pt/ (msprof-analyze reads it); timeline: {folder}/trace.json"
+        f"  per rank: *_ascend_pt/ (msprof-analyze reads it); timeline: {where}/trace.json"
     )
     if report is not None:
-        console.print(f"  report: {report}")
+        console.print(f"  report: {terminal(report)}")
     if analysis is None:
         console.print(f"  exit code {exit_code} (no analysis: see the message above)")
         return
     info = analysis.profile
     h = headline(analysis)
-    console.print(f"  ranks {len(info['ranks'])}   status {info['status']}   exit code {exit_code}")
+    status = terminal(info["status"])
+    console.print(f"  ranks {len(info['ranks'])}   status {status}   exit code {exit_code}")
     console.print(
         f"  steps {h['steps']}   mean step {h['mean_step_us'] / 1e3:.3f} ms   device "
         f"utilisation {h['utilisation']:.1%}   copy ratio {h['copy_ratio']:.1%}   "
-        f"findings {h['findings_fired']} (msprof analyze {folder})"
+        f"findings {h['findings_fired']} (msprof analyze {where})"
     )
     ops = analysis.top_ops["by_type"]
     ops = ops[ops["rank"] == h["rank"]] if "rank" in ops.columns else ops
@@ -53,8 +56,8 @@ def print_run_summary(
         table.add_column(column, justify="left" if column in ("op type", "engine") else "right")
     for row in ops.head(10).itertuples():
         table.add_row(
-            row.op_type,
-            row.task_type,
+            cell(row.op_type),
+            cell(row.task_type),
             str(row.count),
             f"{row.total_ns / 1e3:.1f}",
             f"{row.mean_ns / 1e3:.2f}",

@@ -42,6 +42,7 @@ from msprof_py.gates.check import (
     parse_growth,
 )
 from msprof_py.gates.figures import GateFigures
+from msprof_py.safe_text import toml_string, visible
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -306,8 +307,9 @@ def init_budget(figs: Iterable[GateFigures], headroom: float = 0.10, op_types: i
     source = figs[0]
     lines = [
         "# msprof gate budget (msprof gate DIR --budget THIS_FILE)",
-        f"# written from {len(figs)} rank(s), device {source.device or '?'}, "
-        f"{source.steps} analysed step(s), host time {source.host_time}; "
+        # comments end at a newline: profile strings in them are shown escaped
+        f"# written from {len(figs)} rank(s), device {visible(source.device or '?')}, "
+        f"{source.steps} analysed step(s), host time {visible(source.host_time)}; "
         f"headroom {headroom:.0%}",
         "",
         "[absolute]",
@@ -332,7 +334,7 @@ def init_budget(figs: Iterable[GateFigures], headroom: float = 0.10, op_types: i
     if top:
         lines += ["", f"[absolute.{OP_TYPE_TIME}]".ljust(32) + "# device time per step (ms)"]
         for op_type, ms in top:
-            name = op_type if re.fullmatch(r"[A-Za-z0-9_-]+", op_type) else f'"{op_type}"'
+            name = op_type if re.fullmatch(r"[A-Za-z0-9_-]+", op_type) else toml_string(op_type)
             lines.append(f"{name} = {_toml_number(_round(ms * (1 + headroom), up=True))}")
     lines += [
         "",

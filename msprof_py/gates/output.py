@@ -10,6 +10,7 @@ from typing import Any
 from msprof_py.gates.check import Check
 from msprof_py.gates.diff import SAME, Diff
 from msprof_py.gates.gate import GateResult
+from msprof_py.safe_text import cell, markdown_code, markdown_text, visible, xml_text
 
 #: GitHub's limit for one step's job summary
 MARKDOWN_LIMIT = 1024 * 1024
@@ -74,7 +75,7 @@ def render_gate(result: GateResult, console: Any = None) -> None:
     title = f"msprof gate: {result.path}"
     if result.baseline_path:
         title += f" (baseline {result.baseline_path})"
-    table = Table(title=title, title_justify="left")
+    table = Table(title=cell(title), title_justify="left")
     table.add_column("metric", no_wrap=True, overflow="fold")
     if result.multi_rank:
         table.add_column("rank", justify="right")
@@ -85,16 +86,16 @@ def render_gate(result: GateResult, console: Any = None) -> None:
         table.add_column("change", overflow="fold")
     table.add_column("verdict", no_wrap=True)
     for c in result.checks:
-        row = [c.metric]
+        row: list[Any] = [cell(c.metric)]  # metric names quote op types: never markup
         if result.multi_rank:
             row.append(str(c.rank))
         row += [value_text(c.value, c.unit), limit_text(c)]
         if relative:
-            row += [value_text(c.baseline, c.unit), _change(c)]
+            row += [value_text(c.baseline, c.unit), cell(_change(c))]
         row.append("[green]pass[/]" if c.passed else "[bold red]FAIL[/]")
         table.add_row(*row)
     console.print(table)
-    console.print(summary_line(result), markup=False, highlight=False, soft_wrap=True)
+    console.print(visible(summary_line(result)), markup=False, highlight=False, soft_wrap=True)
 
 
 def _change(check: Check) -> str:
@@ -104,10 +105,6 @@ def _change(check: Check) -> str:
 
 
 # ---- Markdown --------------------------------------------------------------------------------
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def gate_markdown(result: GateResult, limit: int = MARKDOWN_LIMIT) -> str:
@@ -120,11 +117,11 @@ def gate_markdown(result: GateResult, limit: int = MARKDOWN_LIMIT) -> str:
         if failures
         else f"PASS: all {len(result.checks)} checks within budget"
     )
-    head = [f"## msprof gate: {verdict}", "", f"Profile: `{result.path}`"]
+    head = [f"## msprof gate: {verdict}", "", f"Profile: {markdown_code(result.path)}"]
     if result.baseline_path:
-        head[-1] += f"; baseline: `{result.baseline_path}`"
+        head[-1] += f"; baseline: {markdown_code(result.baseline_path)}"
     head.append("")
-    head += [f"> **Warning:** {_cell(w)}" for w in result.warnings]
+    head += [f"> **Warning:** {markdown_text(w)}" for w in result.warnings]
     if result.warnings:
         head.append("")
     relative = any(c.baseline is not None for c in result.checks)
@@ -139,12 +136,12 @@ def gate_markdown(result: GateResult, limit: int = MARKDOWN_LIMIT) -> str:
     )
     rows = []
     for c in sorted(result.checks, key=lambda c: c.passed):  # stable: failures first
-        cells = [f"`{_cell(c.metric)}`"]
+        cells = [markdown_code(c.metric)]
         if result.multi_rank:
             cells.append(str(c.rank))
         cells += [value_text(c.value, c.unit), limit_text(c)]
         if relative:
-            cells += [value_text(c.baseline, c.unit), _cell(_change(c))]
+            cells += [value_text(c.baseline, c.unit), markdown_text(_change(c))]
         cells.append("pass" if c.passed else "**FAIL**")
         rows.append("| " + " | ".join(cells) + " |")
     return _fit("\n".join(head), rows, limit)
@@ -187,22 +184,24 @@ def gate_junit(result: GateResult) -> str:
     root = ET.Element("testsuites", attrs)
     suite = ET.SubElement(root, "testsuite", attrs)
     props = ET.SubElement(suite, "properties")
-    ET.SubElement(props, "property", {"name": "profile", "value": result.path})
+    # names and messages quote op types and paths: characters XML cannot carry are escaped
+    ET.SubElement(props, "property", {"name": "profile", "value": xml_text(result.path)})
     if result.baseline_path:
-        ET.SubElement(props, "property", {"name": "baseline", "value": result.baseline_path})
+        baseline = xml_text(result.baseline_path)
+        ET.SubElement(props, "property", {"name": "baseline", "value": baseline})
     for w in result.warnings:
-        ET.SubElement(props, "property", {"name": "warning", "value": w})
+        ET.SubElement(props, "property", {"name": "warning", "value": xml_text(w)})
     for c in result.checks:
         case = ET.SubElement(
             suite,
             "testcase",
             {
-                "classname": f"msprof.gate.{c.kind}",
-                "name": metric_name(c, result.multi_rank),
+                "classname": f"msprof.gate.{xml_text(c.kind)}",
+                "name": xml_text(metric_name(c, result.multi_rank)),
                 "time": "0",
             },
         )
-        text = _describe(c, result.multi_rank)
+        text = xml_text(_describe(c, result.multi_rank))
         if c.passed:
             ET.SubElement(case, "system-out").text = text
         else:
@@ -233,7 +232,8 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
 
     console = console or _console()
     multi = len(d.ranks) > 1
-    table = Table(title=f"msprof diff: {d.base_path} -> {d.new_path}", title_justify="left")
+    title = cell(f"msprof diff: {d.base_path} -> {d.new_path}")
+    table = Table(title=title, title_justify="left")
     table.add_column("figure", no_wrap=True)
     if multi:
         table.add_column("rank", justify="right")
@@ -241,7 +241,7 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("%", justify="right", no_wrap=True)
     for f in d.figures:
-        row = [f.metric, *([str(f.rank)] if multi else [])]
+        row: list[Any] = [cell(f.metric), *([str(f.rank)] if multi else [])]
         row += [value_text(f.base, f.unit), value_text(f.new, f.unit), _signed(f.delta, f.unit)]
         style = "" if not f.changed else "bold"
         row.append(_pct(f.relative))
@@ -262,7 +262,7 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
             ops.add_column(name, justify="right", no_wrap=True)
         for o in changed[:top]:
             ops.add_row(
-                o.op_type,
+                cell(o.op_type),
                 *([str(o.rank)] if multi else []),
                 o.status,
                 value_text(o.base_ms),
@@ -275,7 +275,7 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
         console.print(ops)
         if len(changed) > top:
             console.print(f"... and {len(changed) - top} more op types (--json lists all)")
-    console.print(diff_summary(d), markup=False, highlight=False, soft_wrap=True)
+    console.print(visible(diff_summary(d)), markup=False, highlight=False, soft_wrap=True)
 
 
 def diff_summary(d: Diff) -> str:
