@@ -51,8 +51,9 @@ warmup_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     metavar="OUTDIR",
-    help="Write every table as CSV into OUTDIR.",
+    help="Write every table as CSV into OUTDIR (refuses to replace CSV files without --force).",
 )
+@click.option("--force", is_flag=True, help="With --csv: replace CSV files already in OUTDIR.")
 @warmup_option
 @click.option(
     "--batch-size",
@@ -66,6 +67,7 @@ def analyze(
     rank: int | None,
     as_json: bool,
     csv_dir: Path | None,
+    force: bool,
     warmup: int | None,
     batch_size: int | None,
 ) -> None:
@@ -76,6 +78,8 @@ def analyze(
         raise AnalyzeError("--json and --csv cannot be combined")
     if not directory.exists():
         raise AnalyzeError(f"{directory}: no such file or directory")
+    if csv_dir is not None and not force and csv_dir.is_dir() and any(csv_dir.glob("*.csv")):
+        raise AnalyzeError(f"{csv_dir}: already holds CSV files (--force replaces them)")
     try:
         result = run_analysis(directory, rank=rank, top=top, warmup=warmup, batch_size=batch_size)
     except ProfileError as exc:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprof_py.device.spec import DeviceSpec, SpecError
+from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
 from msprof_py.profile import Profile
 from msprof_py.profile.schema import TABLES
 
@@ -164,14 +164,24 @@ class RankData:
 
 
 def load_spec(meta: dict[str, Any]) -> tuple[DeviceSpec | None, str]:
-    """The device spec the rank ran on, or None and why not."""
+    """The device spec the rank ran on, or None and why not.
+
+    The spec comes from the profile itself (``device_spec``, written by the recorder) or, for
+    older profiles, from the preset the profile names. A profile never makes msprof read a
+    file: a ``device`` that is not a preset name is not looked up on disk.
+    """
+    inline = meta.get("device_spec")
     name = meta.get("device")
-    if not name:
-        return None, "meta.json names no device"
     try:
-        return DeviceSpec.load(str(name)), ""
-    except (SpecError, OSError, ValueError) as exc:
-        return None, f"device spec {name!r} not loadable ({exc})"
+        if inline is not None:
+            return DeviceSpec.from_mapping(inline, origin="the profile's device_spec"), ""
+        if not name:
+            return None, "meta.json names no device"
+        if str(name) not in preset_names():
+            return None, f"device {str(name)!r} is not a preset and the profile carries no spec"
+        return DeviceSpec.preset(str(name)), ""
+    except (SpecError, OSError, ValueError, TypeError) as exc:
+        return None, f"device spec not loadable ({exc})"
 
 
 def _derived_steps(tasks: pd.DataFrame) -> pd.DataFrame:

@@ -114,8 +114,15 @@ class Recorder:
         record_tasks: bool = True,
         record_memory: bool = True,
         record_api: bool = True,
+        logical_threads: bool = False,
     ) -> None:
         self.writer = writer
+        #: the ``thread`` column: OS thread idents, or (``logical_threads``, for deterministic
+        #: runs) 1, 2, ... in the order threads first record something
+        self._thread: Callable[[], int] = (
+            self._logical_thread if logical_threads else threading.get_ident
+        )
+        self._thread_ids: dict[int, int] = {}
         self._clock = clock
         self.warmup = warmup
         self.iteration = iteration
@@ -185,12 +192,19 @@ class Recorder:
             event_id,
             name,
             self._clock(),
-            threading.get_ident(),
+            self._thread(),
             shapes,
             dtypes,
             module,
             sequence,
         ]
+
+    def _logical_thread(self) -> int:
+        ident = threading.get_ident()
+        logical = self._thread_ids.get(ident)
+        if logical is None:
+            logical = self._thread_ids[ident] = len(self._thread_ids) + 1
+        return logical
 
     def op_end(self) -> None:
         """The op returned."""
@@ -232,7 +246,7 @@ class Recorder:
                     name,
                     start,
                     end,
-                    threading.get_ident(),
+                    self._thread(),
                     -1,
                     NO_ID,
                     NO_ID,
@@ -311,7 +325,7 @@ class Recorder:
         event_id = self._next_event
         self._next_event += 1
         parent = self._open_op[0] if self._open_op else NO_ID
-        thread = threading.get_ident() if h.kind is not HostKind.PYTHON else 0
+        thread = self._thread() if h.kind is not HostKind.PYTHON else 0
         self.writer.append(
             "host_events",
             (

@@ -136,6 +136,8 @@ class Session:
             "command": cfg.command or " ".join(sys.argv),
             "device": npu.spec.name,
             "device_origin": npu.spec.origin,
+            # the spec itself: readers rebuild it from here, never from a path
+            "device_spec": dict(npu.spec.raw),
             "soc_version": npu.spec.soc_version,
             "key_figures": npu.spec.key_figures(),
             "ai_core_num": npu.spec.cube.cores,
@@ -164,6 +166,7 @@ class Session:
             record_tasks=cfg.task_time,
             record_memory=cfg.sys_hardware_mem,
             record_api=cfg.ascendcl,
+            logical_threads=cfg.deterministic,
         )
         self.recorder.on_finished = self._detach  # the window is over: stop paying
         self.recorder._step_start = engine.host_ns  # the first step starts now

@@ -10,6 +10,7 @@ Values are stored in base units: hertz, bytes, bytes per second and integer nano
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -191,6 +192,9 @@ class DeviceSpec:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     #: the file the spec was read from (a preset or a user file).
     origin: str = field(default="", compare=False)
+    #: the TOML tables the spec was built from (``base`` merged in): :meth:`from_mapping` of
+    #: it gives this spec back; profiles carry it, so they never name a file to read.
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- loading -----------------------------------------------------------------------------
 
@@ -205,6 +209,14 @@ class DeviceSpec:
         if isinstance(spec, Path) or path.suffix == ".toml" or path.exists():
             return cls.from_file(path)
         return cls.preset(str(spec))
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], origin: str = "inline spec") -> DeviceSpec:
+        """Build a spec from TOML-shaped tables (as :attr:`raw` holds them), validated as a
+        spec file is; nothing is read from disk."""
+        if not isinstance(raw, Mapping):
+            raise SpecError(f"{origin}: a device spec must be a table, got {type(raw).__name__}")
+        return _build(copy.deepcopy(dict(raw)), origin=origin, default_source=f"{origin}")
 
     @classmethod
     def preset(cls, name: str) -> DeviceSpec:
@@ -588,7 +600,7 @@ def _build(raw: dict[str, Any], *, origin: str, default_source: str | None) -> D
     parts = {}
     for section, (cls, schema) in _SECTIONS.items():
         parts[section] = cls(**{attr: read(section, key, conv) for key, attr, conv in schema})
-    spec = DeviceSpec(**top, **parts, sources=sources, origin=origin)
+    spec = DeviceSpec(**top, **parts, sources=sources, origin=origin, raw=copy.deepcopy(raw))
     _check_consistency(spec, origin)
     return spec
 

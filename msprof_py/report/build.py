@@ -552,17 +552,13 @@ def _steps(a: Any) -> tuple[go.Figure, str]:
     return fig, note
 
 
-def _roofline(a: Any, device: str | None) -> tuple[go.Figure | None, str]:
+def _roofline(a: Any, meta: dict[str, Any]) -> tuple[go.Figure | None, str]:
+    from msprof_py.analyzers.context import load_spec
+
     ops = a.compute_density["ops"]
     ops = ops[(ops["flops"] > 0) & (ops["intensity"] > 0)] if len(ops) else ops
-    note = ""
-    spec = None
-    try:
-        from msprof_py.device.spec import DeviceSpec
-
-        spec = DeviceSpec.load(device)
-    except Exception as exc:
-        note = f"device roofs unavailable: {exc}"
+    spec, why = load_spec(meta)  # from the profile itself, never a path it names
+    note = f"device roofs unavailable: {why}" if spec is None else ""
     fig = go.Figure()
     if len(ops):
         hover = (
@@ -838,9 +834,8 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
 
     a = analysis if analysis is not None else analyze(profile)
     rank = a.profile.get("focus_rank", profile.ranks[0])
-    device = profile.meta.get(rank, {}).get("device")
     tl, lanes, notes = timeline(profile)
-    roof, roof_note = _roofline(a, device)
+    roof, roof_note = _roofline(a, profile.meta.get(rank, {}))
     mem = _memory(profile, a)
     steps, steps_note = _steps(a)
     copy = a.copy

@@ -121,6 +121,9 @@ def test_csv_writes_every_table(run_dir: Path, tmp_path: Path) -> None:
     } <= names
     header = (tmp_path / "csv" / "top_ops_by_type.csv").read_text().splitlines()[0]
     assert header.split(",") == TABLES["top_ops.by_type"]
+    again = invoke(run_dir, "--csv", tmp_path / "csv")  # never replaces files silently
+    assert again.exit_code == 2 and "already holds CSV files (--force" in again.output
+    assert invoke(run_dir, "--csv", tmp_path / "csv", "--force").exit_code == 0
 
 
 def test_cluster_view(cluster_dir: Path) -> None:
