@@ -51,6 +51,14 @@ def new_run_folder(output: Path) -> Path:
             suffix += 1
 
 
+def _reason(exc: BaseException) -> str:
+    """One line on why an output failed (``No space left on device`` ...)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class ProfileRun:
     """Launches the application under recording and finishes every rank's profile."""
 
@@ -106,7 +114,10 @@ class ProfileRun:
         from msprof_py.profile import load
 
         assert self.folder is not None
-        write_chrome_trace(load(self.folder), self.folder / "trace.json")
+        try:
+            write_chrome_trace(load(self.folder), self.folder / "trace.json")
+        except Exception as exc:  # the profile is safe; say what failed, keep the exit code
+            print(f"msprof: the Chrome trace failed: {_reason(exc)}", file=sys.stderr)
 
     def _analyze(self) -> None:
         """Analyse once: the terminal summary and the report both read this analysis."""
@@ -116,7 +127,7 @@ class ProfileRun:
         try:
             self.analysis = analyze(self.folder)
         except Exception as exc:  # the profile is safe; say what failed
-            print(f"msprof: analysing the profile failed: {exc}", file=sys.stderr)
+            print(f"msprof: analysing the profile failed: {_reason(exc)}", file=sys.stderr)
 
     def _report(self) -> None:
         """The HTML report: ``<run folder>/report.html``."""
@@ -126,7 +137,7 @@ class ProfileRun:
         try:
             self.report = write_report(self.folder, analysis=self.analysis)
         except Exception as exc:  # the profile is safe; say what failed
-            print(f"msprof: the HTML report failed: {exc}", file=sys.stderr)
+            print(f"msprof: the HTML report failed: {_reason(exc)}", file=sys.stderr)
 
     def _finish(self, rank_dir: Path) -> None:
         meta_path = rank_dir / RAW_DIR / META_FILE
@@ -140,7 +151,9 @@ class ProfileRun:
         try:
             export_run(rank_dir)
         except Exception as exc:  # the raw profile stays loadable; say what failed
-            print(f"msprof: Ascend export of {rank_dir.name} failed: {exc}", file=sys.stderr)
+            print(
+                f"msprof: Ascend export of {rank_dir.name} failed: {_reason(exc)}", file=sys.stderr
+            )
 
     def print_summary(self) -> None:
         """The end-of-run summary on the terminal."""

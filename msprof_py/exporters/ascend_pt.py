@@ -34,6 +34,7 @@ from msprof_py.exporters.frames import ExportData
 from msprof_py.exporters.runinfo import ExportError
 from msprof_py.exporters.trace_view import write_timelines
 from msprof_py.profile import Profile, load
+from msprof_py.profile.atomic import create_atomically
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 METADATA_FILE = "profiler_metadata.json"
@@ -131,8 +132,8 @@ def export_ascend_pt(run_dir: Path, profile: Profile | None = None) -> None:
         csv_tables.write_csv(csv_tables.operator_memory(data), out / "operator_memory.csv")
         csv_tables.write_csv(csv_tables.npu_module_mem(data), out / "npu_module_mem.csv")
     write_prof_dir(data, run_dir)
-    with open(run_dir / METADATA_FILE, "x", encoding="utf-8") as f:
+    with create_atomically(run_dir / METADATA_FILE, "x", encoding="utf-8") as f:
         json.dump(profiler_metadata(data), f, indent=1)
     # the info file last: cluster tools take a folder with it for a complete rank
-    with open(run_dir / profiler_info_name(data), "x", encoding="utf-8") as f:
+    with create_atomically(run_dir / profiler_info_name(data), "x", encoding="utf-8") as f:
         json.dump(profiler_info(data), f, indent=1)

@@ -27,6 +27,7 @@ import pandas as pd
 from msprof_py.exporters import csv_tables
 from msprof_py.exporters.frames import ExportData
 from msprof_py.exporters.runinfo import ai_cpu_cores, us
+from msprof_py.profile.atomic import create_atomically
 
 COMMUNICATION_STATISTIC_HEADER = [
     "Device_id",
@@ -110,7 +111,7 @@ def write_prof_dir(data: ExportData, parent: Path) -> Path:
     out = output_dir(data, parent)
     device_dir.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    with open(device_dir / f"info.json.{info.device_id}", "x", encoding="utf-8") as f:
+    with create_atomically(device_dir / f"info.json.{info.device_id}", "x", encoding="utf-8") as f:
         json.dump(device_info(data), f, indent=1)
     ts = info.stamp14
     csv_tables.write_csv(csv_tables.op_summary(data), out / f"op_summary_{ts}.csv")

@@ -33,6 +33,7 @@ from msprof_py.exporters.trace_events import (
     write_array,
 )
 from msprof_py.profile import Profile
+from msprof_py.profile.atomic import create_atomically
 
 MB = 1024 * 1024
 STEPS_TID = 0
@@ -209,7 +210,7 @@ def write_chrome_trace(profile: Profile, path: str | Path, rank: int | None = No
     for r in ranks:
         label = f" (rank {r})" if len(profile.ranks) > 1 else ""
         chunks.extend(_rank_chunks(profile.for_rank(r), r, label))
-    with open(path, "xb") as f:
+    with create_atomically(path, "xb") as f:
         f.write(b'{"displayTimeUnit": "ns", "traceEvents": ')
         write_array(f, chunks)
         f.write(b"}\n")

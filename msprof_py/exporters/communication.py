@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from msprof_py.exporters.frames import ExportData
 from msprof_py.exporters.trace_events import Text, concat, jnum, jstr
 from msprof_py.exporters.trace_view import WORLD_GROUP
+from msprof_py.profile.atomic import create_atomically
 
 MB = 1024 * 1024
 TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
@@ -321,7 +322,7 @@ def communication_matrix(data: ExportData) -> dict[str, Any]:
 
 def write_json_text(content: str, path: Path) -> None:
     """Write JSON text (never over an existing file)."""
-    with open(path, "x", encoding="utf-8") as f:
+    with create_atomically(path, "x", encoding="utf-8") as f:
         f.write(content)
 
 

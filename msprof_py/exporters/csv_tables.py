@@ -42,6 +42,7 @@ from msprof_py.exporters.trace_events import (
     text,
     utf8_bytes,
 )
+from msprof_py.profile.atomic import create_atomically
 
 MB = 1024 * 1024
 KB = 1024
@@ -653,5 +654,5 @@ def write_csv_table(frame: pd.DataFrame, stream: IO[bytes]) -> None:
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
     """Write a table as CSV (never over an existing file)."""
-    with open(path, "xb") as f:
+    with create_atomically(path, "xb") as f:
         write_csv_table(frame, f)

@@ -24,6 +24,7 @@ from plotly.utils import PlotlyJSONEncoder
 
 from msprof_py.analyzers.render import step_list
 from msprof_py.profile import Profile, ProfileError
+from msprof_py.profile.atomic import create_atomically
 
 #: spans per timeline lane drawn one by one; above this a lane is aggregated into time bins
 MAX_SPANS_PER_LANE = 20_000
@@ -907,7 +908,7 @@ def write_report(
     for _ in range(100):
         target = _free_name(target)
         try:
-            with target.open("x", encoding="utf-8") as fh:
+            with create_atomically(target, "x", encoding="utf-8") as fh:
                 fh.write(text)
         except FileExistsError:
             continue
