@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from msprof_py.collectors.launcher import LaunchError, launch
 from msprof_py.collectors.session import SessionConfig
+from msprof_py.profile.meta import write_meta_file
 from msprof_py.profile.schema import META_FILE, RAW_DIR
-from msprof_py.profile.writer import write_json_atomic
 
 if TYPE_CHECKING:
     from msprof_py.analyzers import Analysis
@@ -129,12 +128,18 @@ class ProfileRun:
             print(f"msprof: the HTML report failed: {exc}", file=sys.stderr)
 
     def _finish(self, rank_dir: Path) -> None:
+        from msprof_py.profile import ProfileError
+        from msprof_py.profile.meta import MetaError, parse_meta
+
         meta_path = rank_dir / RAW_DIR / META_FILE
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            meta = parse_meta(meta_path.read_bytes())
+        except MetaError as exc:  # the run's own meta.json is damaged: say so, exit 2
+            raise ProfileError(f"{meta_path} {exc}") from None
         meta["exit_code"] = self.exit_code
         if meta.get("status") == "running":  # killed before it could say how it ended
             meta["status"] = "killed"
-        write_json_atomic(meta_path, meta)
+        write_meta_file(meta_path, meta)
         from msprof_py.exporters import export_run
 
         try:
