@@ -134,7 +134,7 @@ def _case(tmp_path: Path, pristine: dict[str, Path], m: Mutation, name: str = "a
 
 
 def test_load_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_LOAD", 150)))
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_LOAD", 200)))
     @given(m=mutations())
     def case(m: Mutation) -> None:
         _tally("load", check_load(_case(tmp_path, pristine, m), expected["load"]))
@@ -143,7 +143,7 @@ def test_load_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) 
 
 
 def test_analyze_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 24)))
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 16)))
     @given(m=mutations())
     def case(m: Mutation) -> None:
         run = _case(tmp_path, pristine, m)
@@ -156,7 +156,7 @@ def test_analyze_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dic
 def test_gate_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
     budget = str(pristine["budget"])
 
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 24)) // 2)
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 16)) // 2)
     @given(m=mutations())
     def case(m: Mutation) -> None:
         run = _case(tmp_path, pristine, m)
@@ -169,7 +169,7 @@ def test_gate_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) 
 def test_gate_with_a_damaged_baseline_fuzzed(tmp_path: Path, pristine: dict[str, Path]) -> None:
     budget, good = str(pristine["budget"]), str(pristine["a"])
 
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 24)) // 2)
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 16)) * 3 // 8)
     @given(m=mutations())
     def case(m: Mutation) -> None:
         base = _case(tmp_path, pristine, m, "b")
@@ -182,7 +182,7 @@ def test_gate_with_a_damaged_baseline_fuzzed(tmp_path: Path, pristine: dict[str,
 def test_diff_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
     base = str(pristine["b"])
 
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 24)) // 2)
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 16)) * 3 // 8)
     @given(m=mutations())
     def case(m: Mutation) -> None:
         run = _case(tmp_path, pristine, m)
@@ -192,7 +192,7 @@ def test_diff_fuzzed(tmp_path: Path, pristine: dict[str, Path], expected: dict) 
 
 
 def test_report_fuzzed(tmp_path: Path, pristine: dict[str, Path]) -> None:
-    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 24)) // 4)
+    @_fuzz(int(os.environ.get("MSPROF_FUZZ_CLI", 16)) // 4)
     @given(m=mutations())
     def case(m: Mutation) -> None:
         run = _case(tmp_path, pristine, m)
