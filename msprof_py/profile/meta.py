@@ -18,8 +18,8 @@ from typing import Any
 
 from msprof_py.profile.schema import FORMAT_VERSION, TABLES
 
-#: a meta.json is a few KiB; anything larger is not one
-META_LIMIT_BYTES = 4 * 1024 * 1024
+#: a meta.json is a few KiB (plus ~100 bytes per part it lists); anything larger is not one
+META_LIMIT_BYTES = 16 * 1024 * 1024
 #: deeper JSON than this is no meta.json (and would exhaust the parser's recursion)
 META_DEPTH_LIMIT = 32
 #: how a run can end; ``running``: the recorder never finished (the process was killed)
@@ -191,28 +191,6 @@ def _depth(value: Any, limit: int) -> bool:
     return False
 
 
-def _nesting(text: str) -> int:
-    """The deepest bracket nesting of JSON ``text`` (brackets in strings are skipped)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest
-
-
 def parse_meta(data: bytes) -> dict[str, Any]:
     """The validated metadata in ``data`` (a ``meta.json``'s bytes); raises :class:`MetaError`."""
     if len(data) > META_LIMIT_BYTES:
@@ -223,15 +201,15 @@ def parse_meta(data: bytes) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MetaError(f"is not valid UTF-8 (byte {exc.start})") from None
-    if _nesting(text) > META_DEPTH_LIMIT:
-        raise MetaError(f"nests deeper than {META_DEPTH_LIMIT} levels (not a meta.json)")
     try:
         info = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         cut = exc.pos >= len(text.rstrip()) - 1
         hint = " (cut short: was the run killed or the disk full?)" if cut else ""
         raise MetaError(f"is not valid JSON: {exc.msg} at line {exc.lineno}{hint}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise MetaError(f"nests deeper than {META_DEPTH_LIMIT} levels (not a meta.json)") from None
+    except ValueError as exc:
         raise MetaError(f"is not valid JSON: {exc}") from None
     return validate_meta(info)
 
