@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -16,7 +17,9 @@ import click
 from msprof_py import __version__
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
 from msprof_py.profile import ProfileError
+from msprof_py.profile.load import ProfileWarning
 
+_PYTHON_SHOWWARNING = warnings.showwarning
 _ON_OFF = click.Choice(["on", "off"])
 
 
@@ -29,10 +32,21 @@ class _MsprofGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except (SpecError, ProfileError) as exc:
-            raise CliError(str(exc)) from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", ProfileWarning)
+            warnings.showwarning = _show_profile_warning
+            try:
+                return super().invoke(ctx)
+            except (SpecError, ProfileError) as exc:
+                raise CliError(" ".join(str(exc).split())) from None
+
+
+def _show_profile_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+    """Profile warnings as one line on stderr (others as Python shows them)."""
+    if issubclass(category, ProfileWarning):
+        click.echo(f"msprof: warning: {' '.join(str(message).split())}", err=True)
+        return
+    _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
 
 class CliError(click.ClickException):
@@ -210,6 +224,8 @@ def _profile(options: dict, application: list[str]) -> None:
     except LaunchError as exc:
         raise CliError(str(exc)) from None
     run.print_summary()
+    if run.window_error:
+        raise CliError(run.window_error)
     sys.exit(code)
 
 

@@ -122,7 +122,7 @@ def analyze(
         raise ProfileError(f"{profile.path}: no rank {rank} (ranks: {profile.ranks})")
     per_rank = {r: context.prepare(profile, r, warmup) for r in profile.ranks}
     if loaded_here:  # the prepared copies hold what is needed: let the loaded strings go
-        profile = Profile(profile.path, profile.meta, {})
+        profile = Profile(profile.path, profile.meta, {}, profile.warnings, profile.partial)
     selected = [rank] if rank is not None else profile.ranks
     focus = per_rank[selected[0]]
     data = [per_rank[r] for r in selected]
@@ -201,4 +201,6 @@ def _profile_info(
         "device_spec": None if focus.spec is None else focus.spec.name,
         "device_spec_error": focus.spec_error or None,
         "tasks": len(focus.all_tasks),
+        "partial": profile.partial,
+        "warnings": list(profile.warnings),
     }

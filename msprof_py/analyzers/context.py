@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
-from msprof_py.profile import Profile
+from msprof_py.profile import Profile, ProfileError
 from msprof_py.profile.schema import TABLES
 
 #: task kinds that are device compute (msprof "Computing")
@@ -27,6 +27,11 @@ MEMCPY = "memcpy"
 CUBE_TYPES = ("AI_CORE", "MIX_AIC")
 VECTOR_TYPES = ("AI_VECTOR_CORE",)
 AICPU_TYPES = ("AI_CPU",)
+
+
+class WarmupError(ProfileError):
+    """``warmup`` leaves out every step of the profile (the message gives the step count)."""
+
 
 STEP_COLUMNS = ["step", "start_ns", "end_ns", "duration_ns", "dev_start_ns", "dev_end_ns"]
 #: columns of the profile no analysis reads: ``analyze(path)`` does not load them
@@ -219,6 +224,12 @@ def step_windows(
         training = pd.DataFrame({"step": [-1], "start_ns": [min(lo)], "end_ns": [max(hi)]})
         source = "whole run (no steps)"
     training = training.sort_values("step").reset_index(drop=True)
+    if warmup is not None and warmup > 0 and warmup >= len(training):
+        counted = "no training steps" if source.startswith("whole") else f"{len(training)} step(s)"
+        raise WarmupError(
+            f"--warmup {warmup} leaves no step to analyse: the profile has {counted} "
+            f"({source}); use --warmup {max(0, len(training) - 1)} or less"
+        )
     skip = (1 if len(training) >= 2 else 0) if warmup is None else max(0, warmup)
     skip = min(skip, max(0, len(training) - 1))
     skipped = [int(s) for s in training["step"].iloc[:skip]]

@@ -60,6 +60,11 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
     warmup = info["warmup_skipped"]
     skipped = f", warm-up step(s) {step_list(warmup)} left out" if warmup else ""
     console.print(f"[bold]msprof analyze[/bold]: {terminal(info['path'])}")
+    if info.get("partial"):
+        console.print(
+            "  [bold yellow]partial profile[/bold yellow]: the recorder never finished (the run "
+            "was killed?); figures cover what was recorded up to its last complete chunk"
+        )
     console.print(
         f"  ranks {info['ranks']} (details for rank {rank})   device {terminal(info['device'])}   "
         f"steps {step_list(info['steps_analysed'])} from the {terminal(info['step_source'])}"

@@ -6,7 +6,8 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
 ``schema_version``  1
 ``profile``         path, ranks, focus_rank, device, soc_version, status per rank, host_time,
                     step_source, steps_analysed, warmup_skipped, mean_step_ns, device_spec,
-                    device_spec_error, tasks
+                    device_spec_error, tasks, partial (the recorder of a rank never
+                    finished: the last rows may be missing), warnings (what loading noticed)
 ``headline``        the focus rank's headline numbers (see :func:`headline`)
 ``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
 ``op_statistic``    msprof's op_statistic table (every op type and core type)
@@ -48,6 +49,7 @@ from msprof_py.analyzers import (
     timeline,
 )
 from msprof_py.analyzers.findings import plain
+from msprof_py.profile.cells import file_component, neutral_cell
 
 if TYPE_CHECKING:
     from msprof_py.analyzers.api import Analysis
@@ -194,6 +196,25 @@ def dumps(a: Analysis) -> str:
     return json.dumps(to_json(a), indent=2, sort_keys=False)
 
 
+def _neutral_text(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every text cell made safe for spreadsheets (formula starts neutralised,
+    NUL bytes dropped: :func:`~msprof_py.profile.cells.neutral_cell`)."""
+    out = df.copy(deep=False)
+    for c in df.columns:
+        column = df[c]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            cats = column.cat.categories
+            if cats.dtype == object or pd.api.types.is_string_dtype(cats):
+                out[c] = column.astype(object).map(_cell)
+        elif column.dtype == object or pd.api.types.is_string_dtype(column):
+            out[c] = column.map(_cell)
+    return out
+
+
+def _cell(value: Any) -> Any:
+    return neutral_cell(value) if isinstance(value, str) else value
+
+
 def write_csv(a: Analysis, folder: str | Path) -> list[Path]:
     """Every table as ``<section>_<table>.csv``, summaries as ``<section>_summary.csv``, the
     findings as ``findings.csv`` (evidence as JSON text); returns the files written."""
@@ -202,8 +223,8 @@ def write_csv(a: Analysis, folder: str | Path) -> list[Path]:
     written: list[Path] = []
 
     def put(df: pd.DataFrame, name: str) -> None:
-        path = folder / f"{name.replace('.', '_')}.csv"
-        df.to_csv(path, index=False)
+        path = folder / f"{file_component(name.replace('.', '_'))}.csv"
+        _neutral_text(df).to_csv(path, index=False)
         written.append(path)
 
     for key in TOP_LEVEL[3:-1]:

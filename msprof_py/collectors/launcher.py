@@ -1,7 +1,15 @@
-"""Running ``--application`` as a child process under the recording bootstrap."""
+"""Running ``--application`` as a child process under the recording bootstrap.
+
+The child dies with msprof: on Linux it asks the kernel (``prctl(PR_SET_PDEATHSIG)``) for a
+SIGTERM when msprof dies, however it dies (SIGKILL, the OOM killer), so it never trains on as an
+orphan. SIGTERM, not SIGKILL: the recording session flushes the profile on SIGTERM (status
+``terminated``), and torchrun passes it on to its workers, so what was recorded stays loadable.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shlex
 import signal
@@ -13,6 +21,29 @@ from msprof_py.collectors.session import CONFIG_ENV, SessionConfig
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+#: prctl(2) option: the signal this process gets when its parent dies
+PR_SET_PDEATHSIG = 1
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def die_with_parent(parent: int, libc: ctypes.CDLL | None, signum: int = signal.SIGTERM) -> None:
+    """In a freshly forked child (a ``preexec_fn``): get ``signum`` when the parent dies; if
+    it died already (before this ran), take the signal now."""
+    if libc is None:
+        return
+    libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
 
 
 class LaunchError(RuntimeError):
@@ -64,8 +95,9 @@ def launch(argv: list[str], config: SessionConfig) -> int:
     env[CONFIG_ENV] = config.to_json()
     if config.deterministic:
         env["PYTHONHASHSEED"] = "0"
+    parent, libc = os.getpid(), _libc()
     try:
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, preexec_fn=lambda: die_with_parent(parent, libc))
     except OSError as exc:
         raise LaunchError(f"cannot start {command[0]}: {exc.strerror}") from None
     # Ctrl-C reaches the child from the terminal; msprof waits for it to save its profile

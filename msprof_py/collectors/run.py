@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from msprof_py.collectors.launcher import LaunchError, launch
 from msprof_py.collectors.session import SessionConfig
+from msprof_py.profile.meta import write_meta_file
 from msprof_py.profile.schema import META_FILE, RAW_DIR
-from msprof_py.profile.writer import write_json_atomic
 
 if TYPE_CHECKING:
     from msprof_py.analyzers import Analysis
@@ -72,6 +71,9 @@ class ProfileRun:
         self.report: Path | None = None
         self.analysis: Analysis | None = None
         self.exit_code = 0
+        #: ``--warmup``/``--iteration`` asked for steps the application did not run (why)
+        self.window_error: str | None = None
+        self._recorded_nothing = False
 
     def execute(self) -> int:
         """Run the application; return its exit code."""
@@ -101,12 +103,48 @@ class ProfileRun:
         )
         for rank_dir in self.rank_dirs:
             self._finish(rank_dir)
-        if self.rank_dirs:
+        self.window_error = self._window_problem()
+        if self.rank_dirs and not self._recorded_nothing:
             self._chrome_trace()
             self._analyze()
             if self.options.report:
                 self._report()
         return self.exit_code
+
+    def _window_problem(self) -> str | None:
+        """Why the recorded window falls short of ``--warmup``/``--iteration`` (None if not)."""
+        from msprof_py.profile.meta import MetaError, parse_meta
+
+        o = self.options
+        if not o.warmup and o.iteration is None:
+            return None
+        seen: list[int] = []
+        recorded = 0
+        for rank_dir in self.rank_dirs:
+            try:
+                meta = parse_meta((rank_dir / RAW_DIR / META_FILE).read_bytes())
+            except (OSError, MetaError):
+                continue
+            if isinstance(meta.get("steps_seen"), int):
+                seen.append(meta["steps_seen"])
+            recorded += sum((meta.get("rows") or {}).values())
+        self._recorded_nothing = bool(self.rank_dirs) and recorded == 0
+        if not seen or self.exit_code != 0:
+            return None
+        ran = min(seen)
+        if o.warmup >= ran:
+            self._recorded_nothing = True
+            return (
+                f"--warmup {o.warmup} skipped every step: the application ran {ran} training "
+                f"step(s); nothing was recorded (use --warmup {max(0, ran - 1)} or less)"
+            )
+        if o.iteration is not None and ran < o.warmup + o.iteration:
+            return (
+                f"--iteration {o.iteration} after --warmup {o.warmup} asks for steps "
+                f"{o.warmup}..{o.warmup + o.iteration - 1}; the application ran {ran} training "
+                f"step(s), so {ran - o.warmup} were recorded"
+            )
+        return None
 
     def _chrome_trace(self) -> None:
         """Every rank on one Chrome/Perfetto timeline: ``<run folder>/trace.json``."""
@@ -140,12 +178,20 @@ class ProfileRun:
             print(f"msprof: the HTML report failed: {_reason(exc)}", file=sys.stderr)
 
     def _finish(self, rank_dir: Path) -> None:
+        from msprof_py.profile import ProfileError
+        from msprof_py.profile.meta import MetaError, parse_meta
+
         meta_path = rank_dir / RAW_DIR / META_FILE
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        try:
+            meta = parse_meta(meta_path.read_bytes())
+        except MetaError as exc:  # the run's own meta.json is damaged: say so, exit 2
+            raise ProfileError(f"{meta_path} {exc}") from None
         meta["exit_code"] = self.exit_code
         if meta.get("status") == "running":  # killed before it could say how it ended
             meta["status"] = "killed"
-        write_json_atomic(meta_path, meta)
+        write_meta_file(meta_path, meta)
+        if "rows" in meta and not any(meta["rows"].values()):
+            return  # no rows (--warmup skipped every step): nothing to export
         from msprof_py.exporters import export_run
 
         try:

@@ -216,6 +216,12 @@ class Session:
             steps_seen=recorder.step,
         )
         self.writer.flush()
+        if not self.writer.folder.exists() and 0 < recorder.step <= self.config.warmup:
+            # --warmup skipped every step the script ran: keep the metadata (no rows), so the
+            # launcher can say how many steps there were
+            self.writer.meta["rows"] = dict(self.writer.rows_written)
+            self.writer.write_meta()
+            return None
         if not self.writer.folder.exists():
             return None
         if self.config.export:

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from msprof_py.exporters import csv_tables
+from msprof_py.exporters import csv_tables, naming
 from msprof_py.exporters.cann_prof import msprof_json_path, output_dir, write_prof_dir
 from msprof_py.exporters.communication import (
     communication_json,
@@ -47,7 +47,8 @@ class ExportExistsError(ExportError, FileExistsError):
 def profiler_info_name(data: ExportData) -> str:
     """``profiler_info.json`` for a single card, ``profiler_info_{rank}.json`` for a rank of a
     distributed run (msprof-analyze's cluster mode reads the rank from that name)."""
-    return f"profiler_info_{data.info.rank}.json" if data.info.multi_rank else "profiler_info.json"
+    rank = naming.file_component(data.info.rank)
+    return f"profiler_info_{rank}.json" if data.info.multi_rank else "profiler_info.json"
 
 
 def profiler_info(data: ExportData) -> dict[str, Any]:

@@ -634,9 +634,19 @@ def _csv_field(values: pd.Series) -> Text:
         arr = pa.array(values.where(values.notna(), "").astype(str).to_numpy(dtype=object))
     else:
         arr = pc.fill_null(text(values), "")
+    arr = _neutralised(arr)
     special = pc.match_substring_regex(arr, r'[,"\r\n]')
     quoted = pc.binary_join_element_wise('"', pc.replace_substring(arr, '"', '""'), '"', "")
     return pc.if_else(special, quoted, arr)
+
+
+def _neutralised(arr: pa.Array) -> pa.Array:
+    """String cells made safe for spreadsheets (:func:`naming.neutral_cell`), vectorised."""
+    arr = pc.replace_substring(arr, "\0", "")
+    starts = pc.match_substring_regex(arr, r"^[=+\-@\t\r]")
+    number = pc.match_substring_regex(arr, naming.PLAIN_NUMBER)
+    risky = pc.and_(starts, pc.invert(number))
+    return pc.if_else(risky, pc.binary_join_element_wise("'", arr, ""), arr)
 
 
 def write_csv_table(frame: pd.DataFrame, stream: IO[bytes]) -> None:

@@ -19,6 +19,11 @@ One place for the conventions every Ascend export shares:
   copies and ``.item()`` as an async copy plus a stream sync), ``HcclAllReduce`` ... for
   collectives. Host waits that are no API call (a full task queue) have no CANN event.
 * **data types** as CANN prints them: ``FLOAT``, ``FLOAT16``, ``DT_BF16``, ``INT64`` ...
+* **file names** made from recorded values (a rank, a host name) go through
+  :func:`file_component`, so a value such as ``../x`` never writes outside the output folder.
+* **CSV cells** that a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``, TAB, CR
+  first) are neutralised with a leading ``'``, as OWASP's CSV-injection guidance says
+  (:func:`neutral_cell`); NUL bytes are dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from msprof_py.profile.cells import FORMULA_STARTS, PLAIN_NUMBER, file_component, neutral_cell
 
 #: CANN's data type names (op_summary ``Input Data Types``) for the profile's torch dtype names
 CANN_DTYPES: dict[str, str] = {
@@ -76,6 +83,9 @@ _KIND_TASK_NAME = {
     "event_record": "EVENT_RECORD",
     "event_wait": "EVENT_WAIT",
 }
+
+
+__all__ = ["FORMULA_STARTS", "PLAIN_NUMBER", "file_component", "neutral_cell"]
 
 
 def _by_category(values: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:

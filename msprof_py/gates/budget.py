@@ -51,6 +51,10 @@ else:  # pragma: no cover
 
 ABSOLUTE = "absolute"
 RELATIVE_SECTION = "relative"
+#: a budget file larger than this is refused before it is parsed (a real one is a few KiB)
+MAX_BUDGET_BYTES = 1024 * 1024
+#: op types a budget may limit, per table (a model has a few hundred op types)
+MAX_OP_TYPE_KEYS = 10_000
 #: absolute keys whose value is a fraction of the step (0..1)
 FRACTIONS = ("copy_ratio", "min_utilization")
 
@@ -98,6 +102,12 @@ def load_budget(path: str | Path) -> Budget:
     """Read and validate the budget file ``path``."""
     path = Path(path)
     try:
+        size = path.stat().st_size if path.is_file() else 0
+        if size > MAX_BUDGET_BYTES:
+            raise BudgetError(
+                f"{path}: the budget file is {size:,} bytes, more than the "
+                f"{MAX_BUDGET_BYTES:,} a budget may have (is it a budget file?)"
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BudgetError(f"{path}: no such budget file") from None
@@ -108,6 +118,11 @@ def load_budget(path: str | Path) -> Budget:
 
 def parse_budget(text: str, source: str = "<budget>") -> Budget:
     """Validate the TOML ``text`` of a budget (``source`` names it in errors)."""
+    if len(text) > MAX_BUDGET_BYTES:
+        raise BudgetError(
+            f"{source}: the budget is {len(text):,} characters, more than the "
+            f"{MAX_BUDGET_BYTES:,} a budget may have"
+        )
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -155,6 +170,7 @@ def _absolute(table: dict[str, Any], fail: Any) -> tuple[dict[str, float], dict[
                     ABSOLUTE,
                     key,
                 )
+            _few(value, f"[absolute.{key}]", fail, f"{ABSOLUTE}.{key}")
             for op_type, limit in value.items():
                 op_types[op_type] = _number(
                     limit, f"[absolute.{key}] {op_type}", f"{ABSOLUTE}.{key}", op_type, fail
@@ -191,6 +207,7 @@ def _relative(table: dict[str, Any], fail: Any) -> tuple[dict[str, float], dict[
                     key,
                 )
             section = f"{RELATIVE_SECTION}.{key}"
+            _few(value, f"[{section}]", fail, section)
             for op_type, amount in value.items():
                 growth[op_type] = _growth(amount, f"[{section}] {op_type}", section, op_type, fail)
             continue
@@ -202,6 +219,16 @@ def _relative(table: dict[str, Any], fail: Any) -> tuple[dict[str, float], dict[
             raise fail(f"unknown key '{key}' in [relative]{hint}", RELATIVE_SECTION, key)
         relative[key] = _growth(value, f"[relative] {key}", RELATIVE_SECTION, key, fail)
     return relative, growth
+
+
+def _few(table: dict[str, Any], name: str, fail: Any, section: str) -> None:
+    if len(table) > MAX_OP_TYPE_KEYS:
+        raise fail(
+            f"{name} has {len(table):,} op types, more than the {MAX_OP_TYPE_KEYS:,} a budget "
+            "may limit",
+            section,
+            None,
+        )
 
 
 def _number(value: Any, name: str, section: str, key: str, fail: Any) -> float:

@@ -3,11 +3,17 @@
 A path may be a run's output folder (one ``*_ascend_pt`` folder per rank), one rank's
 ``*_ascend_pt`` folder, or a raw profile folder itself. Tables of all ranks are concatenated
 with a ``rank`` column; ``Profile.for_rank(r)`` narrows to one rank.
+
+Loading validates everything it reads (:mod:`msprof_py.profile.meta` checks ``meta.json``,
+:mod:`msprof_py.profile.parts` every Parquet part); a violation is one :class:`ProfileError`
+naming the file and what is wrong. A profile the recorder never finished (status ``running`` or
+``killed``, or no ``meta.json`` at all) is *partial*: it loads up to its last complete part,
+and :attr:`Profile.warnings` names what was dropped.
 """
 
 from __future__ import annotations
 
-import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,22 +22,48 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from msprof_py.profile.meta import (
+    META_LIMIT_BYTES,
+    UNFINISHED,
+    MetaError,
+    parse_meta,
+    seal_ok,
+)
+from msprof_py.profile.parts import (
+    Part,
+    PartError,
+    index_of,
+    open_part,
+    part_files,
+    read_column,
+    unfinished_files,
+)
 from msprof_py.profile.schema import META_FILE, RAW_DIR, TABLES, default_row
 
 
 class ProfileError(ValueError):
-    """A path holds no loadable profile (the message says what was looked for)."""
+    """A path holds no loadable profile, or a damaged one (the message names the file and says
+    what is wrong)."""
+
+
+class ProfileWarning(UserWarning):
+    """Something about a profile that loaded anyway (parts dropped from a partial profile, a
+    ``meta.json`` edited after recording)."""
 
 
 @dataclass
 class Profile:
-    """A loaded profile: per-table DataFrames (with ``rank``) and per-rank metadata."""
+    """A loaded profile: per-table DataFrames (with ``rank``) and per-rank metadata.
+
+    ``partial``: the recorder of some rank never finished (its last rows may be missing);
+    ``warnings``: what loading noticed (one line each)."""
 
     path: Path
     meta: dict[int, dict[str, Any]]
     tables: dict[str, pd.DataFrame] = field(repr=False)
+    warnings: list[str] = field(default_factory=list)
+    partial: bool = False
 
     @property
     def ranks(self) -> list[int]:
@@ -61,16 +93,27 @@ class Profile:
         tables = {
             name: df[df["rank"] == rank].reset_index(drop=True) for name, df in self.tables.items()
         }
-        return Profile(self.path, {rank: self.meta[rank]}, tables)
+        return Profile(
+            self.path, {rank: self.meta[rank]}, tables, list(self.warnings), self.partial
+        )
+
+
+def _is_raw(folder: Path) -> bool:
+    """Whether ``folder`` is a raw profile folder (its meta.json, or parts without one)."""
+    if (folder / META_FILE).exists():
+        return True
+    if folder.name != RAW_DIR or not folder.is_dir():
+        return False
+    return any(folder.glob("*-00000.parquet")) or any(folder.glob("*.parquet.tmp"))
 
 
 def raw_folders(path: Path) -> list[Path]:
     """Raw profile folders at or below ``path`` (at most two levels down)."""
-    if (path / META_FILE).is_file():
+    if _is_raw(path):
         return [path]
-    if (path / RAW_DIR / META_FILE).is_file():
+    if _is_raw(path / RAW_DIR):
         return [path / RAW_DIR]
-    found = sorted(p.parent for p in path.glob(f"*/{RAW_DIR}/{META_FILE}"))
+    found = sorted(p for p in path.glob(f"*/{RAW_DIR}") if _is_raw(p))
     return found
 
 
@@ -79,8 +122,109 @@ def _neutral(table: str, column: pa.Field, rows: int) -> pa.Array:
     return pa.repeat(pa.scalar(default_row(table)[column.name], column.type), rows)
 
 
+@dataclass
+class _Folder:
+    """One raw folder as read: its rank, metadata, checked parts and what loading noticed."""
+
+    folder: Path
+    rank: int
+    meta: dict[str, Any]
+    partial: bool
+    parts: dict[str, list[Part]]
+    warnings: list[str]
+
+
+def _read_meta(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """The validated ``meta.json`` of ``folder`` and warnings; a folder of parts without one
+    is a partial profile of rank 0 (the recorder died before it wrote it)."""
+    path = folder / META_FILE
+    if not path.exists():
+        return {"rank": 0, "status": "running"}, [
+            f"{path} is missing (the recorder died before writing it?): partial profile, "
+            "read as rank 0 from its part files"
+        ]
+    try:
+        if not path.is_file():
+            raise ProfileError(f"{path} is not a file")
+        size = path.stat().st_size
+        if size > META_LIMIT_BYTES:
+            raise MetaError(f"is {size} bytes, more than a meta.json can be ({META_LIMIT_BYTES})")
+        info = parse_meta(path.read_bytes())
+    except MetaError as exc:
+        raise ProfileError(f"{path} {exc}") from None
+    except OSError as exc:
+        raise ProfileError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    notes = []
+    if seal_ok(info) is False:
+        notes.append(
+            f"{path} was edited after recording (its checksum does not match): figures taken "
+            "from it may not be what was recorded"
+        )
+    return info, notes
+
+
+def _open_folder(folder: Path, categorical: bool) -> _Folder:
+    """Read and check ``folder``'s metadata and every part (no column read yet)."""
+    info, notes = _read_meta(folder)
+    partial = info.get("status") in UNFINISHED
+    if partial and "status" in info and (folder / META_FILE).exists():
+        notes.append(
+            f"{folder}: the recorder never finished (status {info['status']}): partial "
+            "profile, its last rows may be missing"
+        )
+    for tmp in unfinished_files(folder):
+        if tmp.name != f"{META_FILE}.tmp":
+            notes.append(f"{tmp} is a chunk the run was writing when it ended: dropped")
+    parts: dict[str, list[Part]] = {}
+    listed_all = info.get("parts") or {}
+    rows = info.get("rows") or {}
+    for name, table in TABLES.items():
+        strings = [c.name for c in table.columns if pa.types.is_string(c.type)]
+        listed = listed_all.get(name)
+        files = part_files(folder, name)
+        opened: list[Part] = []
+        for i, path in enumerate(files):
+            recorded = listed[i] if listed is not None and i < len(listed) else None
+            if index_of(path) != i:
+                gap = folder / f"{name}-{i:05d}.parquet"
+                if partial and recorded is None:
+                    dropped = ", ".join(p.name for p in files[i:])
+                    notes.append(f"{gap} is missing: partial profile, dropped {dropped}")
+                    break
+                raise ProfileError(f"{gap} is missing (later parts of {name} exist)")
+            if listed is not None and recorded is None and not partial:
+                raise ProfileError(
+                    f"{path} is not among the parts {folder / META_FILE} lists (left over from "
+                    "another run, or copied in?)"
+                )
+            try:
+                opened.append(open_part(path, name, recorded, strings if categorical else None))
+            except PartError as exc:
+                if partial and recorded is None:
+                    dropped = ", ".join(p.name for p in files[i:])
+                    notes.append(
+                        f"{exc}; partial profile: loaded up to the part before, dropped {dropped}"
+                    )
+                    break
+                raise ProfileError(str(exc)) from None
+        if listed is not None and len(files) < len(listed) and len(opened) == len(files):
+            gone = folder / str(listed[len(files)]["file"])
+            raise ProfileError(
+                f"{gone} is missing ({folder / META_FILE} lists {len(listed)} parts of {name})"
+            )
+        if not partial and name in rows:
+            held = sum(p.rows for p in opened)
+            if held != rows[name]:
+                raise ProfileError(
+                    f"{folder}: {META_FILE} records {rows[name]} rows of {name}, its parts hold "
+                    f"{held} (a part is missing, extra or was replaced)"
+                )
+        parts[name] = opened
+    return _Folder(folder, int(info["rank"]), info, partial, parts, notes)
+
+
 def _read_table(
-    folder: Path, name: str, categorical: bool = False, columns: Sequence[str] | None = None
+    loaded: _Folder, name: str, categorical: bool = False, columns: Sequence[str] | None = None
 ) -> pd.DataFrame:
     """The table ``name`` of one raw folder (all its parts), column by column: only one
     column is ever held twice (as Arrow and as pandas). ``categorical``: strings as
@@ -90,18 +234,21 @@ def _read_table(
         wanted_names = set(columns)
         schema = pa.schema([f for f in schema if f.name in wanted_names])
     strings = [f.name for f in schema if pa.types.is_string(f.type)]
-    parts = [
-        pq.ParquetFile(p, read_dictionary=strings if categorical else None)
-        for p in sorted(folder.glob(f"{name}-*.parquet"))
-    ]
+    parts = loaded.parts[name]
     read: dict[str, pd.Series] = {}
     for col in schema:
         chunks = []
         for part in parts:
-            if col.name in part.schema_arrow.names:
-                chunks += part.read(columns=[col.name], use_threads=False).column(0).chunks
+            if col.name in part.file.schema_arrow.names:
+                got = read_column(part, col.name)
+                count = sum(len(c) for c in got)
+                nulls = sum(c.null_count for c in got)
+                if count != part.rows or nulls:
+                    what = f"{nulls} null values" if nulls else f"{count} rows of {part.rows}"
+                    raise ProfileError(f"{part.path} column {col.name!r} holds {what}")
+                chunks += got
             else:
-                chunks.append(_neutral(name, col, part.metadata.num_rows))
+                chunks.append(_neutral(name, col, part.rows))
         wanted = col.type
         if categorical and col.name in strings:
             wanted = pa.dictionary(pa.int32(), pa.string())
@@ -166,7 +313,12 @@ def load(
     :func:`msprof_py.analyze` works on: a few bytes a row instead of a Python string), read
     straight from Parquet's dictionary encoding. ``columns``: per table, the columns to read
     (in schema order; tables not named are read whole). Columns a part was written without (an
-    older format) read as their neutral value (:func:`~msprof_py.profile.schema.default_row`)."""
+    older format) read as their neutral value (:func:`~msprof_py.profile.schema.default_row`).
+
+    Whatever is wrong with the files (``meta.json`` against its schema, each Parquet part's
+    footer, types, columns and row counts) raises :class:`ProfileError` naming the file; what
+    loaded anyway (a partial profile) is in :attr:`Profile.warnings`, each also issued as a
+    :class:`ProfileWarning`."""
     path = Path(path)
     if not path.exists():
         raise ProfileError(f"{path}: no such file or directory")
@@ -177,22 +329,25 @@ def load(
             f"and */{RAW_DIR}/)"
         )
     meta: dict[int, dict[str, Any]] = {}
-    frames: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    notes: list[str] = []
+    opened = []
     for folder in folders:
-        try:
-            info = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ProfileError(f"{folder / META_FILE}: unreadable ({exc})") from None
-        rank = int(info.get("rank", 0))
-        if rank in meta:
-            raise ProfileError(f"{path}: two profiles for rank {rank}")
-        meta[rank] = info
+        one = _open_folder(folder, categorical)
+        if one.rank in meta:
+            raise ProfileError(f"{path}: two profiles for rank {one.rank} (the second: {folder})")
+        meta[one.rank] = one.meta
+        notes += one.warnings
+        opened.append(one)
+    frames: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    for one in opened:
         for name in TABLES:
-            df = _read_table(folder, name, categorical, (columns or {}).get(name))
-            df.insert(0, "rank", rank)
+            df = _read_table(one, name, categorical, (columns or {}).get(name))
+            df.insert(0, "rank", one.rank)
             frames[name].append(df)
     tables = {
         name: dfs[0] if len(dfs) == 1 else pd.concat(_union_categoricals(dfs), ignore_index=True)
         for name, dfs in frames.items()
     }
-    return Profile(path, meta, tables)
+    for note in notes:
+        warnings.warn(note, ProfileWarning, stacklevel=2)
+    return Profile(path, meta, tables, notes, any(one.partial for one in opened))

@@ -34,6 +34,9 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    #: columns every part must have (others, added in later versions, read as neutral values
+    #: from parts written before them)
+    required: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -84,6 +87,7 @@ TASKS = Table(
         Column("host_op_id", _I64, "host_events.event_id of the op that launched it, or -1"),
         Column("step", _I32, "training step the launch belongs to, or -1"),
     ),
+    ("task_id", "kind", "task_type", "name", "op_type", "launch_ns", "start_ns", "end_ns", "step"),
 )
 
 HOST_EVENTS = Table(
@@ -105,6 +109,7 @@ HOST_EVENTS = Table(
         Column("module", _STR, "ops: nn.Module path at the time (Model/Block/Conv2d)"),
         Column("sequence", _I64, "ops: autograd sequence number (forward/backward pairs), or -1"),
     ),
+    ("event_id", "kind", "name", "start_ns", "end_ns", "step"),
 )
 
 MEMORY = Table(
@@ -122,6 +127,7 @@ MEMORY = Table(
         Column("tag", _STR, "what allocated it (the op name)"),
         Column("step", _I32, "training step, or -1"),
     ),
+    ("time_ns", "action", "size", "allocated", "reserved", "step"),
 )
 
 STEPS = Table(
@@ -133,6 +139,7 @@ STEPS = Table(
         Column("end_ns", _I64, "host clock at the end of the step"),
         Column("source", _STR, "optimizer | torch_npu.profiler | msprof_py.step | end of run"),
     ),
+    ("step", "start_ns", "end_ns", "source"),
 )
 
 TABLES: dict[str, Table] = {t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS)}

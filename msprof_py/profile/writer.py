@@ -1,26 +1,45 @@
-"""Writing a raw profile: rows buffered per table, flushed to Parquet in bounded chunks."""
+"""Writing a raw profile: rows buffered per table, flushed to Parquet in bounded chunks.
+
+Every chunk is written atomically: to a temporary name, fsynced, then renamed into place, and
+``meta.json`` is rewritten (the same way) to list it with its row count, size and CRC-32. A
+crash therefore never leaves a part that looks complete but is not: what is listed was whole
+on disk, and a reader can tell any later damage from it.
+"""
 
 from __future__ import annotations
 
-import json
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from msprof_py.profile.meta import fsync_dir, write_json_atomic, write_meta_file
 from msprof_py.profile.schema import META_FILE, TABLES, Table
+
+__all__ = ["DEFAULT_CHUNK_ROWS", "RawWriter", "write_json_atomic", "write_meta_file"]
 
 #: rows a table buffers before they go to disk (bounds the recorder's memory)
 DEFAULT_CHUNK_ROWS = 65_536
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a reader never sees a half-written file (write, then rename)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
+    """Write ``table`` to ``part`` atomically; return what ``meta.json`` lists of it."""
+    tmp = part.with_name(part.name + ".tmp")
+    with open(tmp, "wb") as f:
+        pq.write_table(table, f, write_page_checksum=True)
+        f.flush()
+        os.fsync(f.fileno())
+    crc = 0
+    with open(tmp, "rb") as f:
+        while block := f.read(1 << 20):
+            crc = zlib.crc32(block, crc)
+    size = tmp.stat().st_size
+    os.replace(tmp, part)
+    fsync_dir(part.parent)
+    return {"file": part.name, "rows": table.num_rows, "bytes": size, "crc32": crc}
 
 
 class RawWriter:
@@ -40,6 +59,7 @@ class RawWriter:
         self.meta = dict(meta)
         self._rows: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._parts: dict[str, int] = dict.fromkeys(TABLES, 0)
+        self.meta["parts"] = {name: [] for name in TABLES}
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
         self.appended = 0
 
@@ -61,12 +81,12 @@ class RawWriter:
         columns = list(zip(*rows, strict=True))
         arrays = [pa.array(col, type=c.type) for col, c in zip(columns, table.columns, strict=True)]
         part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
-        tmp = part.with_name(part.name + ".tmp")
-        pq.write_table(pa.Table.from_arrays(arrays, schema=table.schema), tmp)
-        os.replace(tmp, part)
+        listed = _write_part(pa.Table.from_arrays(arrays, schema=table.schema), part)
+        self.meta["parts"][name].append(listed)
         self._parts[name] += 1
         self.rows_written[name] += len(rows)
         self._rows[name] = []
+        self.write_meta()  # list the part: a crash from now on keeps it
 
     def flush(self) -> None:
         """Write every buffered row and the metadata (nothing at all if no row ever came)."""
@@ -78,6 +98,7 @@ class RawWriter:
         self.write_meta()
 
     def write_meta(self) -> None:
-        """(Re)write ``meta.json`` (creating the folder on first use)."""
+        """(Re)write ``meta.json``, sealed with its checksum (creating the folder on first
+        use)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.folder / META_FILE, self.meta)
+        write_meta_file(self.folder / META_FILE, self.meta)

@@ -746,6 +746,8 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "figures": figures,
         "density": density,
         "focus_rank": rank,
+        "partial": bool(profile.partial or a.profile.get("partial")),
+        "warnings": [str(w) for w in (profile.warnings or a.profile.get("warnings") or [])],
     }
 
 

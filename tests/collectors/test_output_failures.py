@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import msprof_py
 from msprof_py.collectors.run import ProfileRun, RunOptions
+from msprof_py.profile import load
 from msprof_py.profile.atomic import create_atomically
 
 SCRIPT = """
@@ -26,21 +26,21 @@ sys.exit(3)
 
 def test_create_atomically_leaves_nothing_on_failure(tmp_path: Path) -> None:
     target = tmp_path / "out.json"
-    with pytest.raises(OSError, match="No space"):
-        with create_atomically(target, "x", encoding="utf-8") as f:
-            f.write("{half")
-            raise OSError(errno.ENOSPC, "No space left on device")
+    with (
+        pytest.raises(OSError, match="No space"),
+        create_atomically(target, "x", encoding="utf-8") as f,
+    ):
+        f.write("{half")
+        raise OSError(errno.ENOSPC, "No space left on device")
     assert list(tmp_path.iterdir()) == []  # no final file, no temporary one
     with create_atomically(target, "x", encoding="utf-8") as f:
         f.write("{}")
     assert target.read_text() == "{}"
-    with pytest.raises(FileExistsError):
-        with create_atomically(target, "xb") as f:
-            f.write(b"other")
+    with pytest.raises(FileExistsError), create_atomically(target, "xb") as f:
+        f.write(b"other")
     assert target.read_text() == "{}" and len(list(tmp_path.iterdir())) == 1
-    with pytest.raises(ValueError, match="new files only"):
-        with create_atomically(target, "w"):
-            pass
+    with pytest.raises(ValueError, match="new files only"), create_atomically(target, "w"):
+        pass
 
 
 def test_failing_exports_keep_the_scripts_exit_code(
@@ -65,5 +65,5 @@ def test_failing_exports_keep_the_scripts_exit_code(
     assert "msprof: the HTML report failed: No space left on device" in err
     assert "Traceback" not in err
     assert run.folder is not None and not (run.folder / "trace.json").exists()
-    profile = msprof_py.load(run.folder)  # the raw profile is still there and loadable
+    profile = load(run.folder)  # the raw profile is still there and loadable
     assert len(profile.steps) == 2
