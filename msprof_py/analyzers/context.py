@@ -225,16 +225,20 @@ def _derived_steps(tasks: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def device_windows(steps: pd.DataFrame, tasks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, bool]:
+def device_windows(
+    steps: pd.DataFrame, tasks: pd.DataFrame, resumed: bool = False
+) -> tuple[np.ndarray, np.ndarray, bool]:
     """Each step's device window ``[lo, hi)`` (``steps`` sorted by number), and whether the
     windows come from the device (else: the host marks, when no step launched a task).
 
     As Ascend's step_trace cuts iterations on the device: a step's work is the tasks it
     launched (the tasks' ``step``, given at launch), and its window runs from the end of the
-    previous step's device work (the first task of the step when no earlier step launched
-    any) to the end of its own last task. ``hi`` is a running maximum, so the windows are
-    contiguous, never overlap and their lengths add up to the span they cover; a step that
-    launched nothing has an empty window.
+    previous step to the end of its own last task, or its host end mark when that is later
+    (host work after the last launch). ``hi`` is a running maximum, so the windows are
+    contiguous, never overlap and their lengths add up to the span they cover. The first
+    window starts at the step's host start, or at its first task when ``resumed`` (the
+    recording began after ``msprof --warmup`` steps: the device may still be running their
+    unrecorded work when the first recorded step starts on the host).
     """
     numbers = steps["step"].to_numpy(dtype=np.int64)
     host_lo = steps["start_ns"].to_numpy(dtype=np.int64)
@@ -248,36 +252,47 @@ def device_windows(steps: pd.DataFrame, tasks: pd.DataFrame) -> tuple[np.ndarray
     # every step number that launched work, the analysed ones included, in order
     every = np.union1d(last_end.index.to_numpy(dtype=np.int64), numbers)
     ends = last_end.reindex(every).to_numpy(dtype=float)
+    marked = pd.Series(host_hi, index=numbers).reindex(every).to_numpy(dtype=float)
+    ends = np.fmax(ends, marked)
     running = np.fmax.accumulate(np.nan_to_num(ends, nan=-np.inf))
     before = np.concatenate([[-np.inf], running[:-1]])  # device end of all earlier steps
     pos = np.searchsorted(every, numbers)
     hi_f, prev = running[pos], before[pos]
     first = first_start.reindex(numbers).to_numpy(dtype=float)
-    lo_f = np.where(np.isfinite(prev), prev, first)
+    start = first if resumed else np.fmin(first, host_lo)
+    lo_f = np.where(np.isfinite(prev), prev, start)
     lo_f = np.where(np.isfinite(lo_f), lo_f, host_lo)  # nothing launched yet: the host mark
     hi_f = np.where(np.isfinite(hi_f), hi_f, lo_f)
     lo = lo_f.astype(np.int64)
     return lo, np.maximum(hi_f.astype(np.int64), lo), True
 
 
-#: a step is an outlier when its time is more than this many times the median step's (or
-#: less than the median over this)
+#: a step is an outlier when its time is more than this many times the median step's
 OUTLIER_FACTOR = 3.0
+#: fewer analysed steps than this: no step is called an outlier (of two, which one is?)
+OUTLIER_MIN_STEPS = 3
 
 
 def outliers(durations: np.ndarray) -> tuple[np.ndarray, float]:
-    """Which steps are outliers, and the reference they are compared with: the median step
-    time (of the two steps, the shorter). A step is an outlier when it takes more than
-    ``OUTLIER_FACTOR`` times the reference (an evaluation pass inside the loop, a checkpoint)
-    or less than the reference over it (a sliver step); with fewer than two steps, or a
-    reference of 0, none is."""
+    """Which steps are outliers, and the median step time they are compared with. A step
+    is an outlier when it takes more than ``OUTLIER_FACTOR`` times the median (an evaluation
+    pass inside the loop, a checkpoint, a recompilation); with fewer than
+    ``OUTLIER_MIN_STEPS`` steps, or a median of 0, none is."""
     d = np.asarray(durations, dtype=float)
-    if d.size < 2:
-        return np.zeros(d.size, dtype=bool), float(d[0]) if d.size else 0.0
-    ref = float(np.median(d)) if d.size >= 3 else float(d.min())
-    if ref <= 0:
+    ref = float(np.median(d)) if d.size else 0.0
+    if d.size < OUTLIER_MIN_STEPS or ref <= 0:
         return np.zeros(d.size, dtype=bool), ref
-    return (d > OUTLIER_FACTOR * ref) | (d < ref / OUTLIER_FACTOR), ref
+    return d > OUTLIER_FACTOR * ref, ref
+
+
+def profile_meta_warmup(profile: Profile) -> int:
+    """The steps ``msprof --warmup`` skipped before recording (0 when unknown)."""
+    for meta in profile.meta.values():
+        try:
+            return int(meta.get("warmup") or 0)
+        except (TypeError, ValueError):
+            return 0
+    return 0
 
 
 @dataclass
@@ -334,7 +349,8 @@ def step_windows(
         lo_w = np.array([tasks["start_ns"].min() if on_device else training["start_ns"][0]])
         hi_w = np.array([tasks["end_ns"].max() if on_device else training["end_ns"][0]])
     else:
-        lo_w, hi_w, on_device = device_windows(training, tasks)
+        resumed = profile_meta_warmup(profile) > 0
+        lo_w, hi_w, on_device = device_windows(training, tasks, resumed)
     training["host_ns"] = training["end_ns"] - training["start_ns"]
     training["dev_start_ns"] = np.asarray(lo_w, dtype=np.int64)
     training["dev_end_ns"] = np.asarray(hi_w, dtype=np.int64)

@@ -12,7 +12,7 @@ end of the previous step's device work to the end of its own last task); the win
 overlap, and every section is cut at the window edges, so for every step
 ``computing + comm_not_overlapped + free == step_ns`` and the device busy time
 (``computing + comm_not_overlapped``) is at most the step time. **Stage** is the span of the
-step's busy time, **Preparing** its first busy start minus the step's host start (at least 0;
+step's tasks inside its window, **Preparing** its first busy start minus the step's host start (at least 0;
 torch_npu's ``step_trace_time.csv`` definitions; ``Bubble`` is always 0 here: there are no
 receive ops). ``host_step_ns`` is the step's host range (its step marks).
 
@@ -319,7 +319,8 @@ def step_breakdown(data: RankData) -> pd.DataFrame:
     not_ov = intervals.Coverage(*sec["not_overlapped"]).within(lo, hi)
     step_ns = hi - lo
     busy = comp + not_ov
-    first, last, any_busy = _first_last(_busy(sec), lo, hi)
+    first, _, any_busy = _first_last(_busy(sec), lo, hi)
+    s_all, e_all, _ = _first_last(intervals.merge(*_spans(data.all_tasks)), lo, hi)
     host_start = steps["start_ns"].to_numpy(dtype=np.int64)
     out = pd.DataFrame(
         {
@@ -332,7 +333,7 @@ def step_breakdown(data: RankData) -> pd.DataFrame:
             "comm_not_overlapped_ns": not_ov,
             "overlapped_ns": comm - not_ov,
             "free_ns": step_ns - busy,
-            "stage_ns": np.where(any_busy, last - first, 0),
+            "stage_ns": np.where(any_busy, e_all - s_all, 0),
             "bubble_ns": 0,
             "preparing_ns": np.where(any_busy, np.clip(first - host_start, 0, None), 0),
             "device_busy_ns": busy,
