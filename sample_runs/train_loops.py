@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import torch
 import torch.nn as nn
@@ -28,7 +29,7 @@ if not hasattr(torch, "npu"):  # a launcher may have installed the device alread
 def mlp(sizes: list[int]) -> nn.Sequential:
     """Linear layers with ReLU between them."""
     layers: list[nn.Module] = []
-    for a, b in zip(sizes, sizes[1:], strict=False):
+    for a, b in itertools.pairwise(sizes):
         layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1])
 
