@@ -60,6 +60,11 @@ warmup_option = click.option(
     default=None,
     help="The batch size, for the batch-size extrapolation (default: inferred).",
 )
+@click.option(
+    "--keep-outliers",
+    is_flag=True,
+    help="Keep outlier steps (more than 3x the median step) in the per-step figures.",
+)
 def analyze(
     directory: Path,
     top: int,
@@ -68,6 +73,7 @@ def analyze(
     csv_dir: Path | None,
     warmup: int | None,
     batch_size: int | None,
+    keep_outliers: bool,
 ) -> None:
     """Analyse the profile in DIR: headline numbers, tables and findings in priority order."""
     from msprof_py.analyzers.api import analyze as run_analysis
@@ -77,7 +83,14 @@ def analyze(
     if not directory.exists():
         raise AnalyzeError(f"{directory}: no such file or directory")
     try:
-        result = run_analysis(directory, rank=rank, top=top, warmup=warmup, batch_size=batch_size)
+        result = run_analysis(
+            directory,
+            rank=rank,
+            top=top,
+            warmup=warmup,
+            batch_size=batch_size,
+            keep_outliers=keep_outliers,
+        )
     except ProfileError as exc:
         raise AnalyzeError(str(exc)) from None
     if as_json:

@@ -13,8 +13,8 @@ overlap, and every section is cut at the window edges, so for every step
 ``computing + comm_not_overlapped + free == step_ns`` and the device busy time
 (``computing + comm_not_overlapped``) is at most the step time. **Stage** is the span of the
 step's tasks inside its window, **Preparing** its first busy start minus the step's host
-start (at least 0; torch_npu's ``step_trace_time.csv`` definitions; ``Bubble`` is always 0 here: there are no
-receive ops). ``host_step_ns`` is the step's host range (its step marks).
+start (at least 0; torch_npu's ``step_trace_time.csv`` definitions; ``Bubble`` is always 0
+here: there are no receive ops). ``host_step_ns`` is the step's host range (its step marks).
 
 **Free time by cause** partitions ``free_ns``: the part where a copy or memset runs but
 nothing computes is ``copies`` (``idle_copy_ns``); the rest is idle time (``idle_ns``: no task
