@@ -98,6 +98,15 @@ def main(argv: list[str] | None = None) -> None:
     help="Training steps to skip before recording.",
 )
 @click.option(
+    "--steps-from",
+    default="optimizer",
+    show_default=True,
+    metavar="optimizer|marks|N",
+    help="What ends a training step: every optimizer.step(); only the script's own marks "
+    "(prof.step(), msprof_py.step()); or N: only the step() of optimizer N (0, 1 ... in the "
+    "order they first step: pick one of a GAN's two optimizers).",
+)
+@click.option(
     "--device",
     default="ascend910b",
     show_default=True,
@@ -205,6 +214,12 @@ def _profile(options: dict, application: list[str]) -> None:
             "depends on the wall clock)"
         )
     DeviceSpec.load(options["device"])  # an unknown preset or bad spec fails here, clearly
+    from msprof_py.collectors.stepsource import parse_steps_from
+
+    try:
+        steps_from = parse_steps_from(str(options["steps_from"]))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     run_options = RunOptions(
         output=Path(str(options["output"])),
         device=str(options["device"]),
@@ -212,6 +227,7 @@ def _profile(options: dict, application: list[str]) -> None:
         host_time=str(options["host_time"]),
         warmup=int(options["warmup"]),  # type: ignore[arg-type]
         iteration=options["iteration"],  # type: ignore[arg-type]
+        steps_from=steps_from,
         deterministic=bool(options["deterministic"]),
         task_time=options["task_time"] == "on",
         sys_hardware_mem=options["sys_hardware_mem"] == "on",

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import shapes
-from msprof_py.analyzers.context import AICPU_TYPES, KERNEL, RankData
+from msprof_py.analyzers.context import AICPU_TYPES, KERNEL, RankData, share_of
 from msprof_py.analyzers.findings import aicpu_advice
 
 COLUMNS = [
@@ -62,7 +62,7 @@ def table(data: RankData) -> pd.DataFrame:
     g = t.groupby(keys, sort=False, observed=True)["duration_ns"]
     out = g.agg(count="size", total_ns="sum", max_ns="max").reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out["change"] = np.where(
         out["to_dtype"] != "",
         "run in " + out["to_dtype"].astype(str),

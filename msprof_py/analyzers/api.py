@@ -105,12 +105,16 @@ def analyze(
     top: int = 10,
     warmup: int | None = None,
     batch_size: int | None = None,
+    keep_outliers: bool = False,
 ) -> Analysis:
     """Analyse a profile (or the path of one): tables for ``rank`` (all ranks when None) and the
     findings of ``rank`` (the first rank when None) plus the cluster rules.
 
-    ``warmup``: analysed steps leave out this many first training steps (default: 1 when
-    there are at least 2). ``batch_size``: the batch size, when it cannot be inferred.
+    ``warmup``: analysed steps leave out this many first training steps (default: the
+    first step when the recording starts at the process's first step and holds two or
+    more). Outlier steps (more than 3x the median step time) are left out of the analysed
+    steps and listed in ``profile["outlier_steps"]``, unless ``keep_outliers``.
+    ``batch_size``: the batch size, when it cannot be inferred.
     """
     loaded_here = not isinstance(profile, Profile)
     if loaded_here:
@@ -120,7 +124,7 @@ def analyze(
         raise ProfileError(f"{profile.path}: the profile has no ranks")
     if rank is not None and rank not in profile.ranks:
         raise ProfileError(f"{profile.path}: no rank {rank} (ranks: {profile.ranks})")
-    per_rank = {r: context.prepare(profile, r, warmup) for r in profile.ranks}
+    per_rank = {r: context.prepare(profile, r, warmup, keep_outliers) for r in profile.ranks}
     if loaded_here:  # the prepared copies hold what is needed: let the loaded strings go
         profile = Profile(profile.path, profile.meta, {}, profile.warnings, profile.partial)
     selected = [rank] if rank is not None else profile.ranks
@@ -186,6 +190,7 @@ def _profile_info(
     profile: Profile, focus: context.RankData, per_rank: dict[int, context.RankData]
 ) -> Section:
     meta = focus.meta
+    choice = focus.choice
     return {
         "path": str(profile.path),
         "ranks": profile.ranks,
@@ -198,9 +203,48 @@ def _profile_info(
         "steps_analysed": [int(s) for s in focus.steps["step"]],
         "warmup_skipped": focus.warmup_skipped,
         "mean_step_ns": focus.mean_step_ns,
+        "median_step_ns": focus.median_step_ns,
+        "step_windows": choice.windows,
+        "outlier_steps": choice.outliers,
+        "outlier_reference_ns": choice.outlier_reference_ns,
+        "optimizers_per_step": _optimizers_per_step(focus),
+        "steps_from": meta.get("steps_from", "optimizer"),
+        "notes": notes(focus),
         "device_spec": None if focus.spec is None else focus.spec.name,
         "device_spec_error": focus.spec_error or None,
         "tasks": len(focus.all_tasks),
         "partial": profile.partial,
         "warnings": list(profile.warnings),
     }
+
+
+def _optimizers_per_step(data: context.RankData) -> float | None:
+    """How many optimizers' step() ends the recorded steps (a GAN: 2), None when unknown."""
+    return float(data.choice.optimizers) if data.choice.optimizers else None
+
+
+def notes(data: context.RankData) -> list[str]:
+    """What a reader must know about the steps: outliers left out, several optimizers per
+    iteration, step windows taken from host marks."""
+    out: list[str] = []
+    choice = data.choice
+    ref = choice.outlier_reference_ns
+    for o in choice.outliers:
+        ratio = o["ratio_to_median"]
+        how = f"{ratio:.1f}x" if ratio is not None else "far from"
+        fate = "kept in" if o["kept"] else "left out of"
+        out.append(
+            f"step {o['step']} is an outlier ({o['step_ns'] / 1e6:,.3f} ms, {how} the "
+            f"median {ref / 1e6:,.3f} ms): {fate} the per-step figures"
+        )
+    steps_from = data.meta.get("steps_from", "optimizer")
+    if choice.optimizers > 1 and steps_from == "optimizer":
+        out.append(
+            f"{choice.optimizers} optimizers step in this run and every optimizer.step() ends "
+            f"a step: one training iteration counts as {choice.optimizers} steps (record with "
+            "msprof --steps-from N to end steps only at optimizer N's step(), or --steps-from "
+            "marks with prof.step() / msprof_py.step() in the loop)"
+        )
+    if choice.windows != "device" and len(data.all_tasks):
+        out.append("no analysed step launched device work: step times are host marks")
+    return out

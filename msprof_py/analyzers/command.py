@@ -61,6 +61,11 @@ warmup_option = click.option(
     default=None,
     help="The batch size, for the batch-size extrapolation (default: inferred).",
 )
+@click.option(
+    "--keep-outliers",
+    is_flag=True,
+    help="Keep outlier steps (more than 3x the median step) in the per-step figures.",
+)
 def analyze(
     directory: Path,
     top: int,
@@ -70,6 +75,7 @@ def analyze(
     force: bool,
     warmup: int | None,
     batch_size: int | None,
+    keep_outliers: bool,
 ) -> None:
     """Analyse the profile in DIR: headline numbers, tables and findings in priority order."""
     from msprof_py.analyzers.api import analyze as run_analysis
@@ -81,7 +87,14 @@ def analyze(
     if csv_dir is not None and not force and csv_dir.is_dir() and any(csv_dir.glob("*.csv")):
         raise AnalyzeError(f"{csv_dir}: already holds CSV files (--force replaces them)")
     try:
-        result = run_analysis(directory, rank=rank, top=top, warmup=warmup, batch_size=batch_size)
+        result = run_analysis(
+            directory,
+            rank=rank,
+            top=top,
+            warmup=warmup,
+            batch_size=batch_size,
+            keep_outliers=keep_outliers,
+        )
     except ProfileError as exc:
         raise AnalyzeError(str(exc)) from None
     if as_json:

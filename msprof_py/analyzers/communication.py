@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import timeline
-from msprof_py.analyzers.context import COLLECTIVE, KERNEL, RankData
+from msprof_py.analyzers.context import COLLECTIVE, KERNEL, RankData, share_of
 from msprof_py.analyzers.intervals import Coverage
 
 COLLECTIVE_COLUMNS = [
@@ -87,7 +87,7 @@ def collectives(data: RankData) -> pd.DataFrame:
         [_BUS.get(k, lambda _p: 1.0)(w) for k, w in zip(out["collective"], p, strict=True)]
     )
     out["busbw_gbps"] = out["algbw_gbps"] * factor
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     out = out.sort_values("total_ns", ascending=False, kind="stable")
     return out[COLLECTIVE_COLUMNS].reset_index(drop=True)

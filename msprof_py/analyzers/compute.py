@@ -29,6 +29,7 @@ from msprof_py.analyzers.context import (
     KERNEL,
     VECTOR_TYPES,
     RankData,
+    share_of,
 )
 from msprof_py.device.costmodel import cube_dtype
 from msprof_py.device.spec import DeviceSpec, SpecError
@@ -160,7 +161,7 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
     out["achieved_tflops"] = out["flops_sum"] / out["total_ns"].where(out["total_ns"] > 0) / 1e3
     out["peak_tflops"] = out["peak"] / 1e12
     out["utilisation"] = out["achieved_tflops"] / out["peak_tflops"]
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out["bound"] = out["bound"].astype(str)
     out.insert(0, "rank", data.rank)
     return out[DENSITY_COLUMNS].reset_index(drop=True)
@@ -179,7 +180,7 @@ def by_class(data: RankData) -> pd.DataFrame:
             "total_ns": g["sum"],
         }
     ).reset_index(drop=True)
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     return out.sort_values("total_ns", ascending=False)[CLASS_COLUMNS].reset_index(drop=True)
 
 
@@ -189,18 +190,13 @@ def _class_totals(k: pd.DataFrame) -> pd.DataFrame:
 
 
 def _busy_per_step(data: RankData, mask: np.ndarray) -> np.ndarray:
-    """Union of the masked tasks' time, per analysed step (merged spans by their start)."""
+    """Union of the masked tasks' time inside each analysed step's device window."""
     tasks = data.all_tasks
     s = tasks["start_ns"].to_numpy()[mask]
     e = tasks["end_ns"].to_numpy()[mask]
-    ms, me = intervals.merge(s, e)
-    steps = data.steps.sort_values("dev_start_ns")
-    lo = steps["dev_start_ns"].to_numpy()
-    hi = steps["dev_end_ns"].to_numpy()
-    which = intervals.assign(ms, lo, hi)
-    ok = which >= 0
-    per = np.bincount(which[ok], weights=(me - ms)[ok], minlength=lo.size).astype(np.int64)
-    return pd.Series(per, index=steps["step"].to_numpy()).reindex(data.steps["step"]).to_numpy()
+    lo = data.steps["dev_start_ns"].to_numpy(dtype=np.int64)
+    hi = data.steps["dev_end_ns"].to_numpy(dtype=np.int64)
+    return intervals.Coverage(s, e).within(lo, hi)
 
 
 def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> np.ndarray:
@@ -209,6 +205,11 @@ def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> n
     weight = sel["duration_ns"] * sel["block_dim"].clip(lower=1, upper=cores) / cores
     per = weight.groupby(sel["step"]).sum()
     return per.reindex(data.steps["step"]).fillna(0).to_numpy()
+
+
+def _rate(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    """``part / whole`` per step in [0, 1] (0 where the step has no time)."""
+    return np.clip(np.nan_to_num(part / whole), 0.0, 1.0)
 
 
 def utilisation(data: RankData) -> pd.DataFrame:
@@ -231,17 +232,13 @@ def utilisation(data: RankData) -> pd.DataFrame:
             "step": data.steps["step"].to_numpy(),
             "step_ns": data.steps["duration_ns"].to_numpy(),
             "device_busy_ns": busy,
-            "utilisation": np.nan_to_num(busy / safe),
+            "utilisation": _rate(busy, safe),
             "cube_busy_ns": cube,
-            "cube_utilisation": np.nan_to_num(cube / safe),
-            "cube_occupancy": np.nan_to_num(
-                _occupancy_per_step(data, CUBE_TYPES, cube_cores) / safe
-            ),
+            "cube_utilisation": _rate(cube, safe),
+            "cube_occupancy": _rate(_occupancy_per_step(data, CUBE_TYPES, cube_cores), safe),
             "vector_busy_ns": vector,
-            "vector_utilisation": np.nan_to_num(vector / safe),
-            "vector_occupancy": np.nan_to_num(
-                _occupancy_per_step(data, VECTOR_TYPES, vector_cores) / safe
-            ),
+            "vector_utilisation": _rate(vector, safe),
+            "vector_occupancy": _rate(_occupancy_per_step(data, VECTOR_TYPES, vector_cores), safe),
             "aicpu_busy_ns": aicpu,
         }
     )

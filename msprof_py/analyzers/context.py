@@ -1,11 +1,22 @@
 """One rank's data, prepared once for every analysis: the analysed steps and their rows.
 
-Steps come from ``profile.steps`` (host clock). Rows with source ``end of run`` are the partial
-tail after the last step mark, not a training step. Without any step mark the steps are derived
-from the ``step`` column of the tasks (device range of each), and without that the whole run is
-one window. By default the first training step is left out when there are at least two (it
-holds one-time work: parameter uploads, weight format conversions, allocator growth); pass
-``warmup`` to choose.
+Steps come from ``profile.steps`` (host marks: ``optimizer.step()``, ``prof.step()``,
+``msprof_py.step()``). Rows with source ``end of run`` are the partial tail after the last
+step mark, not a training step. Without any step mark the steps are derived from the ``step``
+column of the tasks, and without that the whole run is one window.
+
+**Step time** is the step's window on the device (:func:`device_windows`): from the end of
+the previous step's device work to the end of the last task the step launched. The windows
+partition the device timeline, so every per-step figure adds up to the step time even when
+the host runs ahead of the device (a loop without ``.item()``: the host marks then say
+nothing about when the step's work ran). The host range of each step stays in
+``start_ns``/``end_ns`` (``host_ns``).
+
+Left out of the analysed steps: the first training step when the recording starts at the
+process's first step and holds at least two (it holds one-time work: parameter uploads,
+weight format conversions, allocator growth; pass ``warmup`` to choose), and **outlier
+steps** (:func:`outliers`: more than 3x the median step, e.g. an evaluation pass in the
+loop), which are reported instead (``keep_outliers`` keeps them).
 """
 
 from __future__ import annotations
@@ -33,7 +44,15 @@ class WarmupError(ProfileError):
     """``warmup`` leaves out every step of the profile (the message gives the step count)."""
 
 
-STEP_COLUMNS = ["step", "start_ns", "end_ns", "duration_ns", "dev_start_ns", "dev_end_ns"]
+STEP_COLUMNS = [
+    "step",
+    "start_ns",
+    "end_ns",
+    "host_ns",
+    "duration_ns",
+    "dev_start_ns",
+    "dev_end_ns",
+]
 #: columns of the profile no analysis reads: ``analyze(path)`` does not load them
 UNREAD_COLUMNS = {
     "tasks": ("stream_id",),
@@ -76,6 +95,7 @@ class RankData:
     steps: pd.DataFrame
     step_source: str
     warmup_skipped: list[int]
+    choice: StepChoice
     tasks: pd.DataFrame
     host: pd.DataFrame
     memory: pd.DataFrame
@@ -97,8 +117,13 @@ class RankData:
 
     @property
     def mean_step_ns(self) -> float:
-        """Mean host duration of an analysed step."""
+        """Mean step time (device window) of an analysed step."""
         return self.step_time_ns / self.n_steps
+
+    @property
+    def median_step_ns(self) -> float:
+        """Median step time (device window) of the analysed steps."""
+        return float(self.steps["duration_ns"].median()) if len(self.steps) else 0.0
 
     def _subset(self, key: str, frame: pd.DataFrame, column: str, value: str) -> pd.DataFrame:
         cached = self.cache.get(key)
@@ -160,12 +185,23 @@ class RankData:
         return cached
 
     def share(self, ns: float) -> float:
-        """``ns`` (a total over the analysed steps) as a share of the step time."""
-        return float(ns) / self.step_time_ns if self.step_time_ns else 0.0
+        """``ns`` (a total over the analysed steps) as a share of the step time, in [0, 1]."""
+        return share_of(ns, self.step_time_ns)
 
     def per_step(self, ns: float) -> float:
         """``ns`` (a total over the analysed steps) per step."""
         return float(ns) / self.n_steps
+
+
+def share_of(part: Any, whole: float) -> Any:
+    """``part / whole`` clipped to [0, 1] (0 where ``whole`` is 0): a share is never outside
+    [0, 1], inf or NaN. ``part``: a number or an array/Series."""
+    if not whole or not np.isfinite(whole):
+        return part * 0.0 if hasattr(part, "__mul__") and not np.isscalar(part) else 0.0
+    out = np.clip(np.nan_to_num(np.asarray(part, dtype=float) / float(whole)), 0.0, 1.0)
+    if isinstance(part, pd.Series):
+        return pd.Series(out, index=part.index)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def load_spec(meta: dict[str, Any]) -> tuple[DeviceSpec | None, str]:
@@ -190,7 +226,7 @@ def load_spec(meta: dict[str, Any]) -> tuple[DeviceSpec | None, str]:
 
 
 def _derived_steps(tasks: pd.DataFrame) -> pd.DataFrame:
-    """Steps from the tasks' ``step`` column (device range of each)."""
+    """Steps from the tasks' ``step`` column (host range: first launch to last end)."""
     stepped = tasks.loc[tasks["step"] >= 0, ["step", "launch_ns", "start_ns", "end_ns"]]
     if stepped.empty:
         return pd.DataFrame(columns=["step", "start_ns", "end_ns"], dtype="int64")
@@ -204,12 +240,110 @@ def _derived_steps(tasks: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def device_windows(
+    steps: pd.DataFrame, tasks: pd.DataFrame, resumed: bool = False
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Each step's device window ``[lo, hi)`` (``steps`` sorted by number), and whether the
+    windows come from the device (else: the host marks, when no step launched a task).
+
+    As Ascend's step_trace cuts iterations on the device: a step's work is the tasks it
+    launched (the tasks' ``step``, given at launch), and its window runs from the end of the
+    previous step to the end of its own last task, or its host end mark when that is later
+    (host work after the last launch). ``hi`` is a running maximum, so the windows are
+    contiguous, never overlap and their lengths add up to the span they cover. The first
+    window starts at the step's host start, or at its first task when ``resumed`` (the
+    recording began after ``msprof --warmup`` steps: the device may still be running their
+    unrecorded work when the first recorded step starts on the host).
+    """
+    numbers = steps["step"].to_numpy(dtype=np.int64)
+    host_lo = steps["start_ns"].to_numpy(dtype=np.int64)
+    host_hi = np.maximum(steps["end_ns"].to_numpy(dtype=np.int64), host_lo)
+    stepped = tasks.loc[tasks["step"] >= 0, ["step", "start_ns", "end_ns"]]
+    if stepped.empty or not stepped["step"].isin(numbers).any():
+        return host_lo, host_hi, False
+    g = stepped.groupby("step")
+    last_end = g["end_ns"].max()
+    first_start = g["start_ns"].min()
+    # every step number that launched work, the analysed ones included, in order
+    every = np.union1d(last_end.index.to_numpy(dtype=np.int64), numbers)
+    ends = last_end.reindex(every).to_numpy(dtype=float)
+    marked = pd.Series(host_hi, index=numbers).reindex(every).to_numpy(dtype=float)
+    ends = np.fmax(ends, marked)
+    running = np.fmax.accumulate(np.nan_to_num(ends, nan=-np.inf))
+    before = np.concatenate([[-np.inf], running[:-1]])  # device end of all earlier steps
+    pos = np.searchsorted(every, numbers)
+    hi_f, prev = running[pos], before[pos]
+    first = first_start.reindex(numbers).to_numpy(dtype=float)
+    start = first if resumed else np.fmin(first, host_lo)
+    lo_f = np.where(np.isfinite(prev), prev, start)
+    lo_f = np.where(np.isfinite(lo_f), lo_f, host_lo)  # nothing launched yet: the host mark
+    hi_f = np.where(np.isfinite(hi_f), hi_f, lo_f)
+    lo = lo_f.astype(np.int64)
+    return lo, np.maximum(hi_f.astype(np.int64), lo), True
+
+
+#: a step is an outlier when its time is more than this many times the median step's
+OUTLIER_FACTOR = 3.0
+#: fewer analysed steps than this: no step is called an outlier (of two, which one is?)
+OUTLIER_MIN_STEPS = 3
+
+
+def outliers(durations: np.ndarray) -> tuple[np.ndarray, float]:
+    """Which steps are outliers, and the median step time they are compared with. A step
+    is an outlier when it takes more than ``OUTLIER_FACTOR`` times the median (an evaluation
+    pass inside the loop, a checkpoint, a recompilation); with fewer than
+    ``OUTLIER_MIN_STEPS`` steps, or a median of 0, none is."""
+    d = np.asarray(durations, dtype=float)
+    ref = float(np.median(d)) if d.size else 0.0
+    if d.size < OUTLIER_MIN_STEPS or ref <= 0:
+        return np.zeros(d.size, dtype=bool), ref
+    return d > OUTLIER_FACTOR * ref, ref
+
+
+def profile_meta_warmup(profile: Profile) -> int:
+    """The steps ``msprof --warmup`` skipped before recording (0 when unknown)."""
+    for meta in profile.meta.values():
+        try:
+            return int(meta.get("warmup") or 0)
+        except (TypeError, ValueError):
+            return 0
+    return 0
+
+
+@dataclass
+class StepChoice:
+    """How the analysed steps were chosen: the source, what was left out and why."""
+
+    source: str
+    warmup_skipped: list[int]
+    outliers: list[dict[str, Any]]
+    outlier_reference_ns: float
+    windows: str
+    optimizers: int
+    all_steps: pd.DataFrame
+
+
 def step_windows(
-    profile: Profile, tasks: pd.DataFrame, warmup: int | None
-) -> tuple[pd.DataFrame, str, list[int]]:
-    """Analysed steps with host and device ranges, where they come from, and skipped steps."""
+    profile: Profile,
+    tasks: pd.DataFrame,
+    warmup: int | None,
+    keep_outliers: bool = False,
+) -> tuple[pd.DataFrame, StepChoice]:
+    """The analysed steps (host range ``start_ns``/``end_ns``, device window
+    ``dev_start_ns``/``dev_end_ns``, ``duration_ns``: the window's length, the step time) and
+    how they were chosen. ``warmup``: first training steps left out (default: the first
+    step when the recording starts at the process's first step and holds two or more; none
+    when ``msprof --warmup`` already skipped the warm-up). Outlier steps (see
+    :func:`outliers`) are left out too unless ``keep_outliers``."""
     steps = profile.steps
-    training = steps[steps["source"] != "end of run"][["step", "start_ns", "end_ns"]]
+    training = steps[steps["source"] != "end of run"]
+    optimizer_ids = (
+        training.loc[training["source"] == "optimizer", "optimizer_id"]
+        if "optimizer_id" in training.columns
+        else pd.Series(dtype="int64")
+    )
+    optimizers = int(np.unique(optimizer_ids[optimizer_ids >= 0]).size)
+    training = training[["step", "start_ns", "end_ns"]]
     source = "steps table"
     if training.empty:
         training = _derived_steps(tasks)
@@ -224,33 +358,48 @@ def step_windows(
         training = pd.DataFrame({"step": [-1], "start_ns": [min(lo)], "end_ns": [max(hi)]})
         source = "whole run (no steps)"
     training = training.sort_values("step").reset_index(drop=True)
+    training = training.astype({"step": "int64", "start_ns": "int64", "end_ns": "int64"})
+    if source == "whole run (no steps)":
+        on_device = len(tasks) > 0
+        lo_w = np.array([tasks["start_ns"].min() if on_device else training["start_ns"][0]])
+        hi_w = np.array([tasks["end_ns"].max() if on_device else training["end_ns"][0]])
+    else:
+        resumed = profile_meta_warmup(profile) > 0
+        lo_w, hi_w, on_device = device_windows(training, tasks, resumed)
+    training["host_ns"] = training["end_ns"] - training["start_ns"]
+    training["dev_start_ns"] = np.asarray(lo_w, dtype=np.int64)
+    training["dev_end_ns"] = np.asarray(hi_w, dtype=np.int64)
+    training["duration_ns"] = training["dev_end_ns"] - training["dev_start_ns"]
     if warmup is not None and warmup > 0 and warmup >= len(training):
         counted = "no training steps" if source.startswith("whole") else f"{len(training)} step(s)"
         raise WarmupError(
             f"--warmup {warmup} leaves no step to analyse: the profile has {counted} "
             f"({source}); use --warmup {max(0, len(training) - 1)} or less"
         )
-    skip = (1 if len(training) >= 2 else 0) if warmup is None else max(0, warmup)
+    if warmup is None:
+        first_of_process = int(training["step"].iloc[0]) <= 0
+        skip = 1 if len(training) >= 2 and first_of_process else 0
+    else:
+        skip = max(0, warmup)
     skip = min(skip, max(0, len(training) - 1))
     skipped = [int(s) for s in training["step"].iloc[:skip]]
-    training = training.iloc[skip:].reset_index(drop=True)
-    training = training.astype({"step": "int64", "start_ns": "int64", "end_ns": "int64"})
-    training["duration_ns"] = training["end_ns"] - training["start_ns"]
-    if source == "whole run (no steps)":
-        dev = tasks
-        dev_first = pd.Series([dev["start_ns"].min()], index=[-1]) if len(dev) else pd.Series()
-        dev_last = pd.Series([dev["end_ns"].max()], index=[-1]) if len(dev) else pd.Series()
-    else:
-        cols = ["step", "start_ns", "end_ns"]
-        g = tasks.loc[tasks["step"].isin(training["step"]), cols].groupby("step")
-        dev_first, dev_last = g["start_ns"].min(), g["end_ns"].max()
-    first = dev_first.reindex(training["step"]).to_numpy(dtype=float)
-    last = dev_last.reindex(training["step"]).to_numpy(dtype=float)
-    host_start = training["start_ns"].to_numpy()
-    host_end = training["end_ns"].to_numpy()
-    training["dev_start_ns"] = np.where(np.isnan(first), host_start, first).astype(np.int64)
-    training["dev_end_ns"] = np.maximum(np.nan_to_num(last, nan=-1).astype(np.int64), host_end)
-    return training[STEP_COLUMNS], source, skipped
+    kept = training.iloc[skip:].reset_index(drop=True)
+    odd, ref = outliers(kept["duration_ns"].to_numpy())
+    outlier_rows = [
+        {
+            "step": int(r.step),
+            "step_ns": int(r.duration_ns),
+            "host_step_ns": int(r.host_ns),
+            "ratio_to_median": float(r.duration_ns / ref) if ref > 0 else None,
+            "kept": bool(keep_outliers),
+        }
+        for r in kept[odd].itertuples()
+    ]
+    if not keep_outliers:
+        kept = kept[~odd].reset_index(drop=True)
+    windows = "device" if on_device else "host marks"
+    choice = StepChoice(source, skipped, outlier_rows, ref, windows, optimizers, training)
+    return kept[STEP_COLUMNS], choice
 
 
 def compact(df: pd.DataFrame) -> pd.DataFrame:
@@ -281,7 +430,9 @@ def rows(frame: pd.DataFrame, mask: Any) -> tuple[pd.DataFrame, int | None]:
     return frame[mask].reset_index(drop=True), None
 
 
-def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
+def prepare(
+    profile: Profile, rank: int, warmup: int | None = None, keep_outliers: bool = False
+) -> RankData:
     """The :class:`RankData` of ``rank``."""
     one = profile if profile.ranks == [rank] else profile.for_rank(rank)
     meta = one.meta[rank]
@@ -291,7 +442,8 @@ def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
     one = Profile(one.path, one.meta, tables)
     tasks = one.tasks
     tasks["duration_ns"] = (tasks["end_ns"] - tasks["start_ns"]).clip(lower=0)
-    steps, source, skipped = step_windows(one, tasks, warmup)
+    steps, choice = step_windows(one, tasks, warmup, keep_outliers)
+    source, skipped = choice.source, choice.warmup_skipped
     host, memory = one.host_events, one.memory
     offsets: dict[str, int] = {}
     if source == "whole run (no steps)":
@@ -313,6 +465,7 @@ def prepare(profile: Profile, rank: int, warmup: int | None = None) -> RankData:
         steps=steps,
         step_source=source,
         warmup_skipped=skipped,
+        choice=choice,
         tasks=in_tasks.reset_index(drop=True),
         host=in_host.reset_index(drop=True),
         memory=in_mem.reset_index(drop=True),

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import intervals
-from msprof_py.analyzers.context import COLLECTIVE, KERNEL, MEMCPY, RankData
+from msprof_py.analyzers.context import COLLECTIVE, KERNEL, MEMCPY, RankData, share_of
 
 DIRECTIONS = {
     "HOST_TO_DEVICE": "H2D",
@@ -103,7 +103,7 @@ def by_direction(data: RankData, small_bytes: int = SMALL_BYTES) -> pd.DataFrame
     out["achieved_gbps"] = out["bytes"] / out["total_ns"].where(out["total_ns"] > 0)
     out["peak_gbps"] = [peak_bandwidth(data, d) / 1e9 for d in out["direction"]]
     out["efficiency"] = out["achieved_gbps"] / out["peak_gbps"]
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     out = out.astype({"pageable_count": "int64", "small_count": "int64", "pageable_ns": "int64"})
     return out[DIRECTION_COLUMNS]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import shapes
-from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.context import RankData, share_of
 from msprof_py.device import formats as devformats
 
 TRANSDATA_COLUMNS = [
@@ -51,7 +51,7 @@ def transdata(data: RankData) -> pd.DataFrame:
         count=("duration_ns", "size"), total_ns=("duration_ns", "sum"), bytes=("bytes", "sum")
     )
     out = out.reset_index().sort_values("total_ns", ascending=False, kind="stable")
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     return out[TRANSDATA_COLUMNS].reset_index(drop=True)
 

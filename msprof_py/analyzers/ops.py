@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.context import RankData, share_of
 
 WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
 STATS = ["count", "total_ns", "mean_ns", "min_ns", "max_ns"]
@@ -63,7 +63,7 @@ def top_ops_by_type(data: RankData, n: int | None = 10) -> pd.DataFrame:
     if work.empty:
         return pd.DataFrame(columns=BY_TYPE_COLUMNS)
     out = _stats(work, ["op_type", "task_type"])
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out["share_of_device"] = out["total_ns"] / max(1, int(work["duration_ns"].sum()))
     out.insert(0, "rank", data.rank)
     out = out[BY_TYPE_COLUMNS]
@@ -77,7 +77,7 @@ def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
     if work.empty:
         return pd.DataFrame(columns=BY_NAME_COLUMNS)
     out = _stats(work, keys)
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     out = out[BY_NAME_COLUMNS]
     return (out if n is None else out.head(n)).reset_index(drop=True)
@@ -135,7 +135,7 @@ def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
     out["host_mean_ns"] = out["host_total_ns"] / out["count"]
     out["launch_mean_ns"] = out["launch_total_ns"] / out["launches"].where(out["launches"] > 0)
     out["launch_mean_ns"] = out["launch_mean_ns"].fillna(0.0)
-    out["share_of_step"] = out["host_total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["host_total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     out = out.sort_values(["host_total_ns", "name"], ascending=[False, True])[HOST_COLUMNS]
     return (out if n is None else out.head(n)).reset_index(drop=True)

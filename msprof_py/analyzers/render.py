@@ -71,11 +71,14 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
         f"{skipped}"
     )
     console.print(
-        f"  mean step [bold]{h['mean_step_us']:,.1f} us[/bold]   device busy "
-        f"{_pct(h['utilisation'])} (cube {_pct(h['cube_utilisation'])}, vector "
-        f"{_pct(h['vector_utilisation'])})   idle {_pct(h['idle_share'])}   copy ratio "
+        f"  mean step [bold]{h['mean_step_us']:,.1f} us[/bold] (median "
+        f"{h['median_step_us']:,.1f} us)   device busy {_pct(h['utilisation'])} (cube "
+        f"{_pct(h['cube_utilisation'])}, vector {_pct(h['vector_utilisation'])})   free "
+        f"{_pct(h['free_share'])} (idle {_pct(h['idle_share'])})   copy ratio "
         f"{_pct(h['copy_ratio'])} (exposed {_pct(h['exposed_copy_share'])})"
     )
+    for note in info.get("notes", []):
+        console.print(f"  [yellow]note:[/yellow] {note}", highlight=False)
     if h["peak_reserved_bytes"] is not None:
         mem = next(m for m in a.memory["summary"] if m["rank"] == rank)
         cap = mem.get("capacity_bytes")
@@ -102,6 +105,7 @@ def _steps(a: Analysis, console: Console, rank: int) -> None:
         "idle dispatch",
         "idle sync",
         "idle other",
+        "copies",
     ]
     rows = [
         [
@@ -114,6 +118,7 @@ def _steps(a: Analysis, console: Console, rank: int) -> None:
             _us(r.idle_dispatch_ns),
             _us(r.idle_sync_ns),
             _us(r.idle_data_loading_ns + r.idle_other_ns),
+            _us(r.idle_copy_ns),
         ]
         for r in steps.itertuples()
     ]
@@ -171,7 +176,17 @@ def _cluster(a: Analysis, console: Console) -> None:
 
 def _findings(a: Analysis, console: Console) -> None:
     fired = [f for f in a.findings if f.status == FIRED]
-    console.print(f"[bold]findings[/bold] ({len(fired)} of {len(a.findings)} rules fired)")
+    h = headline(a)
+    combined = (
+        f"; together at most {h['estimated_gain_us']:,.1f} us/step (the gains overlap: "
+        "bounded by the step's parts, not summed)"
+        if len([f for f in fired if f.estimated_gain_us]) > 1
+        else ""
+    )
+    console.print(
+        f"[bold]findings[/bold] ({len(fired)} of {len(a.findings)} rules fired{combined})",
+        highlight=False,
+    )
     for i, f in enumerate(fired, 1):
         style = PRIORITY_STYLE.get(f.priority or "", "")
         gain = (

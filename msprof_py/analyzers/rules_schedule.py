@@ -146,7 +146,7 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
     data = ctx.data
     need_tasks(data)
     _need_host(ctx)
-    pts = syncs.points(data)
+    pts = syncs.script_points(data)
     n = data.n_steps
     idle = _idle(ctx, "synchronisation")
     share = data.share(idle)
@@ -177,9 +177,11 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     util = compute.utilisation(data)
     step = float(util["step_ns"].sum())
     busy = float(util["device_busy_ns"].sum())
-    u = busy / step if step else 0.0
+    u = min(1.0, busy / step) if step else 0.0
     if u >= spec.thresholds["max_utilisation"]:
         return spec.ok(data.rank, {"utilisation": u})
+    if busy <= 0:
+        raise Skip("no kernel or collective ran in the analysed steps")
     mem = memory.summary(data, ctx.batch_size)
     scale = mem.get("max_batch_scale")
     batch_text = ""
@@ -193,11 +195,18 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
         gain = per_step - max(per_step, k * busy_step) / k
     else:
         batch_text = " (memory use was not recorded: scale unknown)"
+    headroom = (
+        f"Memory allows a batch {scale:.1f}x larger{batch_text} (activation memory "
+        "extrapolated linearly to 80% of device memory)"
+        if scale is not None
+        else f"The batch that fits is unknown{batch_text}"
+    )
     values = {
         "utilisation": u,
-        "fill": 1 / u if u > 0 else float("inf"),
-        "scale": scale if scale is not None else float("nan"),
+        "fill": 1 / u,
+        "scale": scale,
         "batch_text": batch_text,
+        "headroom": headroom,
     }
     evidence = {
         "batch_size": mem.get("batch_size"),

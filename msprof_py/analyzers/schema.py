@@ -1,21 +1,35 @@
 """The ``msprof analyze --json`` document: keys, table columns, and the writers (JSON, CSV).
 
-Schema version 1. Top-level keys (tables are lists of row objects; a row's ``rank`` says which
-rank it describes; times are integer ns unless a key ends in ``_us``; shares are fractions):
+Schema version 2. Top-level keys (tables are lists of row objects; a row's ``rank`` says which
+rank it describes; times are integer ns unless a key ends in ``_us``; shares are fractions in
+[0, 1]; no number is ever inf or NaN: an undefined one is null):
 
-``schema_version``  1
+``schema_version``  2 (1: step times were host step marks, idle causes did not add up)
 ``profile``         path, ranks, focus_rank, device, soc_version, status per rank, host_time,
                     step_source, steps_analysed, warmup_skipped, mean_step_ns, device_spec,
                     device_spec_error, tasks, partial (the recorder of a rank never
-                    finished: the last rows may be missing), warnings (what loading noticed)
-``headline``        the focus rank's headline numbers (see :func:`headline`)
+                    finished: the last rows may be missing), warnings (what loading noticed);
+                    since 2: median_step_ns, step_windows
+                    (device | host marks), outlier_steps (step, step_ns, host_step_ns,
+                    ratio_to_median, kept), outlier_reference_ns (the median they are
+                    compared with), optimizers_per_step (distinct optimizers ending steps,
+                    or null), steps_from (the recording's ``--steps-from``), notes (text
+                    lines the reader must see: outliers, several optimizers per iteration)
+``headline``        the focus rank's headline numbers (see :func:`headline`); since 2:
+                    median_step_us, outlier_steps, comm_not_overlapped_share (computing +
+                    it + free = 1), estimated_gain_model (``bound``), estimated_gain_basis,
+                    estimated_gain_sum_us (the plain sum of the findings' gains, which
+                    overlap: for reference only; see :mod:`msprof_py.analyzers.gains`)
 ``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
 ``op_statistic``    msprof's op_statistic table (every op type and core type)
 ``copy``            ``summary`` (one object per rank), ``by_direction``
 ``compute_density`` ``ops`` (per kernel: FLOPs, bytes, intensity, TFLOP/s, class),
                     ``classes``, ``utilisation`` (per step: device, cube, vector)
-``step_breakdown``  ``steps`` (step_trace_time columns + idle time by cause), ``idle`` (by
-                    cause), ``gaps`` (the longest idle gaps)
+``step_breakdown``  ``steps`` (step_trace_time columns + free time by cause; per step
+                    ``computing_ns + comm_not_overlapped_ns + free_ns == step_ns`` and
+                    ``idle_*_ns`` (data loading, sync, dispatch, other, copy) sum to
+                    ``free_ns``; ``step_ns`` is the device window, ``host_step_ns`` the
+                    host marks), ``idle`` (by cause), ``gaps`` (the longest free gaps)
 ``sync``            ``summary`` (per kind and name), ``points`` (the longest)
 ``memory``          ``summary`` (one object per rank), ``steps``, ``timeline``
 ``formats``         ``summary``, ``transdata`` (by cause op and conversion), ``padding``
@@ -43,18 +57,20 @@ from msprof_py.analyzers import (
     compute,
     copies,
     formats,
+    gains,
     memory,
     ops,
     syncs,
     timeline,
 )
+from msprof_py.analyzers.context import share_of
 from msprof_py.analyzers.findings import plain
 from msprof_py.profile.cells import file_component, neutral_cell
 
 if TYPE_CHECKING:
     from msprof_py.analyzers.api import Analysis
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TOP_LEVEL = [
     "schema_version",
     "profile",
@@ -113,11 +129,14 @@ HEADLINE_KEYS = [
     "rank",
     "steps",
     "mean_step_us",
+    "median_step_us",
+    "outlier_steps",
     "utilisation",
     "cube_utilisation",
     "vector_utilisation",
     "computing_share",
     "communication_share",
+    "comm_not_overlapped_share",
     "free_share",
     "idle_share",
     "copy_ratio",
@@ -125,6 +144,9 @@ HEADLINE_KEYS = [
     "peak_reserved_bytes",
     "findings_fired",
     "estimated_gain_us",
+    "estimated_gain_model",
+    "estimated_gain_basis",
+    "estimated_gain_sum_us",
 ]
 
 
@@ -147,7 +169,20 @@ def headline(a: Analysis) -> dict[str, Any]:
     step_ns = float(steps["step_ns"].sum()) if len(steps) else 0.0
 
     def share(column: str, df: pd.DataFrame = steps) -> float:
-        return float(df[column].sum()) / step_ns if step_ns and len(df) else 0.0
+        return share_of(float(df[column].sum()), step_ns) if len(df) else 0.0
+
+    def per_step_us(column: str) -> float:
+        return float(steps[column].mean()) / 1e3 if len(steps) else 0.0
+
+    gain = gains.combined(
+        a.findings,
+        {
+            "step": per_step_us("step_ns"),
+            "computing": per_step_us("computing_ns"),
+            "communication": per_step_us("comm_not_overlapped_ns"),
+            "free": per_step_us("free_ns"),
+        },
+    )
 
     copy = next((c for c in a.copy["summary"] if c["rank"] == rank), {})
     mem = next((m for m in a.memory["summary"] if m["rank"] == rank), {})
@@ -157,18 +192,24 @@ def headline(a: Analysis) -> dict[str, Any]:
             "rank": rank,
             "steps": len(steps),
             "mean_step_us": a.profile["mean_step_ns"] / 1e3,
+            "median_step_us": a.profile.get("median_step_ns", 0.0) / 1e3,
+            "outlier_steps": [o["step"] for o in a.profile.get("outlier_steps", [])],
             "utilisation": share("device_busy_ns"),
             "cube_utilisation": share("cube_busy_ns", util),
             "vector_utilisation": share("vector_busy_ns", util),
             "computing_share": share("computing_ns"),
             "communication_share": share("communication_ns"),
+            "comm_not_overlapped_share": share("comm_not_overlapped_ns"),
             "free_share": share("free_ns"),
             "idle_share": share("idle_ns"),
             "copy_ratio": copy.get("copy_ratio", 0.0),
             "exposed_copy_share": copy.get("exposed_ratio", 0.0),
             "peak_reserved_bytes": mem.get("peak_reserved"),
             "findings_fired": len(fired),
-            "estimated_gain_us": sum(f.estimated_gain_us or 0.0 for f in fired),
+            "estimated_gain_us": gain["estimated_gain_us"],
+            "estimated_gain_model": "bound",
+            "estimated_gain_basis": gain["basis"],
+            "estimated_gain_sum_us": gain["sum_us"],
         }
     )
 

@@ -7,6 +7,9 @@ parent) and the span's name:
 * ``.item()``: a value read back (``aten::_local_scalar_dense``);
 * ``pageable copy``: a copy from or to pageable host memory, which blocks until it is done;
 * ``blocking copy``: another copy the host waits for (``.cpu()``, ``non_blocking=False``);
+* ``queue full``: the host ran ahead of the device and waited for room in a full stream or
+  task queue (back-pressure, not a sync the script asked for: a loop without any sync that
+  keeps the device busy shows these);
 * ``other``: anything else.
 """
 
@@ -15,9 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers.context import MEMCPY, RankData
+from msprof_py.analyzers.context import MEMCPY, RankData, share_of
 
-KINDS = ("synchronize", ".item()", "pageable copy", "blocking copy", "other")
+KINDS = ("synchronize", ".item()", "pageable copy", "blocking copy", "other", "queue full")
+#: the runtime's names of the waits for room in a full queue
+QUEUE_FULL = ("stream queue full", "task queue full")
 SUMMARY_COLUMNS = [
     "rank",
     "kind",
@@ -56,6 +61,7 @@ def points(data: RankData) -> pd.DataFrame:
     kind[item] = KINDS[1]
     explicit = name.str.startswith("aclrtSynchronize").to_numpy()
     kind[explicit & ~has_copy & ~item] = KINDS[0]
+    kind[name.isin(QUEUE_FULL).to_numpy()] = KINDS[5]
     out = pd.DataFrame(
         {
             "rank": data.rank,
@@ -73,6 +79,12 @@ def points(data: RankData) -> pd.DataFrame:
     return out
 
 
+def script_points(data: RankData) -> pd.DataFrame:
+    """The sync points the script made (every point but the ``queue full`` waits)."""
+    pts = points(data)
+    return pts[pts["kind"] != KINDS[5]]
+
+
 def summary(data: RankData) -> pd.DataFrame:
     """Sync time per kind and name: count, total, mean, max, per step, share of the step."""
     pts = points(data)
@@ -82,7 +94,7 @@ def summary(data: RankData) -> pd.DataFrame:
     out = g.agg(count="size", total_ns="sum", max_ns="max").reset_index()
     out["mean_ns"] = out["total_ns"] / out["count"]
     out["per_step_ns"] = out["total_ns"] / data.n_steps
-    out["share_of_step"] = out["total_ns"] / data.step_time_ns if data.step_time_ns else 0.0
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
     out.insert(0, "rank", data.rank)
     out = out.sort_values(["total_ns", "name"], ascending=[False, True])
     return out[SUMMARY_COLUMNS].reset_index(drop=True)

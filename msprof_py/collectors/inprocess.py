@@ -40,6 +40,7 @@ from msprof_py.collectors.session import (
     run_dir_name,
     set_active_session,
 )
+from msprof_py.collectors.stepsource import parse_steps_from
 
 if TYPE_CHECKING:
     from msprof_py.analyzers import Analysis
@@ -88,7 +89,9 @@ class Recording:
     ``device``, ``numerics``, ``host_time``: how to install the npu device when the process
     has not yet (defaults ``ascend910b``, ``cpu``, ``modeled``); once installed, its settings
     are kept and a different one raises. ``warmup``/``iteration``: the recording window in
-    steps (as ``msprof --warmup/--iteration``). ``export``: also write the Ascend exports.
+    steps (as ``msprof --warmup/--iteration``); ``steps_from``: what ends a step (as
+    ``msprof --steps-from``: optimizer, marks or an optimizer index). ``export``: also write
+    the Ascend exports.
     ``settle``: settle the device first (:func:`settle_device`) so figures do not depend on
     what ran before. One recording runs at a time, never inside an ``msprof`` run.
     """
@@ -102,6 +105,7 @@ class Recording:
         host_time: str | None = None,
         warmup: int = 0,
         iteration: int | None = None,
+        steps_from: str = "optimizer",
         export: bool = False,
         settle: bool = True,
         command: str = "",
@@ -112,6 +116,7 @@ class Recording:
         self._host_time = host_time
         self.warmup = warmup
         self.iteration = iteration
+        self.steps_from = parse_steps_from(steps_from)
         self.export = export
         self.settle = settle
         self.command = command
@@ -146,6 +151,7 @@ class Recording:
             host_time=host_time,
             warmup=self.warmup,
             iteration=self.iteration,
+            steps_from=self.steps_from,
             command=self.command or "msprof_py.record",
             export=self.export,
         )

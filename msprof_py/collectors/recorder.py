@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from msprof_py.adapter.steps import STEP_PREFIX
+from msprof_py.collectors.stepsource import parse_steps_from, split_source
 from msprof_py.device import HostKind, HostRecord, MemoryRecord, TaskRecord
 from msprof_py.device.records import Record
 from msprof_py.profile.schema import NO_ID
@@ -115,8 +116,10 @@ class Recorder:
         record_memory: bool = True,
         record_api: bool = True,
         logical_threads: bool = False,
+        steps_from: str = "optimizer",
     ) -> None:
         self.writer = writer
+        self.steps_from = parse_steps_from(steps_from)
         #: the ``thread`` column: OS thread idents, or (``logical_threads``, for deterministic
         #: runs) 1, 2, ... in the order threads first record something
         self._thread: Callable[[], int] = (
@@ -150,7 +153,16 @@ class Recorder:
         return self.iteration is None or step < self.warmup + self.iteration
 
     def end_step(self, source: str, now: int) -> None:
-        """A step ended (marked by ``source``)."""
+        """A step ended (marked by ``source``: ``optimizer#<index>`` for an optimizer's
+        step(), plain ``optimizer`` when the index is unknown)."""
+        source, optimizer = split_source(source)
+        chosen = self.steps_from
+        if (
+            source == "optimizer"
+            and chosen != "optimizer"
+            and (chosen == "marks" or optimizer != int(chosen))
+        ):
+            return  # not a step boundary under --steps-from
         if source in EXPLICIT_STEP_SOURCES:
             first_explicit = not self._explicit_steps
             self._explicit_steps = True
@@ -163,7 +175,8 @@ class Recorder:
             return  # the script marks its steps itself
         self._last_source = source
         if self.recording:
-            self.writer.append("steps", (self.step, self._step_start, now, source))
+            row = (self.step, self._step_start, now, source, optimizer)
+            self.writer.append("steps", row)
         self.step += 1
         self._step_start = now
         self.recording = self._in_window(self.step)

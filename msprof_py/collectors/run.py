@@ -27,6 +27,7 @@ class RunOptions:
     host_time: str = "modeled"
     warmup: int = 0
     iteration: int | None = None
+    steps_from: str = "optimizer"
     deterministic: bool = False
     task_time: bool = True
     sys_hardware_mem: bool = True
@@ -86,6 +87,7 @@ class ProfileRun:
             host_time=o.host_time,
             warmup=o.warmup,
             iteration=o.iteration,
+            steps_from=o.steps_from,
             task_time=o.task_time,
             sys_hardware_mem=o.sys_hardware_mem,
             ascendcl=o.ascendcl,

@@ -65,6 +65,8 @@ class SessionConfig:
     host_time: str = "modeled"
     warmup: int = 0
     iteration: int | None = None
+    #: what ends a step: optimizer | marks | an optimizer index (Recorder's ``steps_from``)
+    steps_from: str = "optimizer"
     task_time: bool = True
     sys_hardware_mem: bool = True
     ascendcl: bool = True
@@ -148,6 +150,7 @@ class Session:
             "deterministic": cfg.deterministic,
             "warmup": cfg.warmup,
             "iteration": cfg.iteration,
+            "steps_from": cfg.steps_from,
             "rank": rank,
             "world_size": world,
             "hostname": socket.gethostname(),
@@ -167,6 +170,7 @@ class Session:
             record_memory=cfg.sys_hardware_mem,
             record_api=cfg.ascendcl,
             logical_threads=cfg.deterministic,
+            steps_from=cfg.steps_from,
         )
         self.recorder.on_finished = self._detach  # the window is over: stop paying
         self.recorder._step_start = engine.host_ns  # the first step starts now
@@ -272,8 +276,11 @@ class Session:
         recorder = self.recorder
         assert recorder is not None
 
+        optimizers: dict[int, int] = {}  # id(optimizer) -> its index (order of first step)
+
         def optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-            steps.mark_step("optimizer")
+            index = optimizers.setdefault(id(optimizer), len(optimizers))
+            steps.mark_step(f"optimizer#{index}")
 
         def enter_module(module: Any, args: Any) -> None:
             recorder.module_stack.append(type(module).__name__)

@@ -43,10 +43,13 @@ def print_run_summary(
     status = terminal(info["status"])
     console.print(f"  ranks {len(info['ranks'])}   status {status}   exit code {exit_code}")
     console.print(
-        f"  steps {h['steps']}   mean step {h['mean_step_us'] / 1e3:.3f} ms   device "
-        f"utilisation {h['utilisation']:.1%}   copy ratio {h['copy_ratio']:.1%}   "
-        f"findings {h['findings_fired']} (msprof analyze {where})"
+        f"  steps {h['steps']}   mean step {h['mean_step_us'] / 1e3:.3f} ms (median "
+        f"{h['median_step_us'] / 1e3:.3f} ms)   device utilisation {h['utilisation']:.1%}   "
+        f"copy ratio {h['copy_ratio']:.1%}   findings {h['findings_fired']} (msprof analyze "
+        f"{where})"
     )
+    for note in info.get("notes", []):
+        console.print(f"  note: {note}", highlight=False)
     ops = analysis.top_ops["by_type"]
     ops = ops[ops["rank"] == h["rank"]] if "rank" in ops.columns else ops
     if ops.empty:

@@ -138,6 +138,12 @@ STEPS = Table(
         Column("start_ns", _I64, "host clock at the start of the step"),
         Column("end_ns", _I64, "host clock at the end of the step"),
         Column("source", _STR, "optimizer | torch_npu.profiler | msprof_py.step | end of run"),
+        Column(
+            "optimizer_id",
+            _I32,
+            "optimizer steps: which optimizer ended it (0, 1 ... in the order they first "
+            "stepped), else -1",
+        ),
     ),
     ("step", "start_ns", "end_ns", "source"),
 )

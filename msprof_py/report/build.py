@@ -500,14 +500,16 @@ def _top_ops(a: Any) -> go.Figure:
     return fig
 
 
+#: the stacked parts of a step bar: they partition the step (computing + communication not
+#: overlapped + free, free split by cause), so a bar is exactly as tall as the step
 _STEP_COLUMNS = (
     ("computing_ns", "computing", True),
     ("comm_not_overlapped_ns", "communication (not overlapped)", True),
-    ("free_ns", "free (device idle)", True),
-    ("idle_data_loading_ns", "idle data loading", False),
-    ("idle_sync_ns", "idle sync", False),
-    ("idle_dispatch_ns", "idle dispatch", False),
-    ("idle_other_ns", "idle other", False),
+    ("idle_dispatch_ns", "free: idle dispatch", True),
+    ("idle_sync_ns", "free: idle sync", True),
+    ("idle_data_loading_ns", "free: idle data loading", True),
+    ("idle_other_ns", "free: idle other", True),
+    ("idle_copy_ns", "free: copies only", True),
 )
 
 
@@ -713,13 +715,14 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
     head = headline(a)
     figures = {
         "step time (mean)": _us(a.profile.get("mean_step_ns")),
+        "step time (median)": _us(a.profile.get("median_step_ns")),
         "device utilisation": _pct(head.get("utilisation")),
         "copy ratio": _pct(head.get("copy_ratio")),
         "cube utilisation": _pct(head.get("cube_utilisation")),
         "vector utilisation": _pct(head.get("vector_utilisation")),
         "peak memory (reserved)": _bytes(head.get("peak_reserved_bytes")),
         "findings fired": str(head.get("findings_fired")),
-        "estimated gain": f"{head.get('estimated_gain_us') or 0:,.1f} us/step",
+        "estimated gain (bound)": f"at most {head.get('estimated_gain_us') or 0:,.1f} us/step",
     }
     classes = a.compute_density.get("classes")
     density = []
@@ -748,6 +751,8 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "focus_rank": rank,
         "partial": bool(profile.partial or a.profile.get("partial")),
         "warnings": [str(w) for w in (profile.warnings or a.profile.get("warnings") or [])],
+        "notes": [str(n) for n in a.profile.get("notes", [])],
+        "gain_basis": str(head.get("estimated_gain_basis") or ""),
     }
 
 

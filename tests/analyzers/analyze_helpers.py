@@ -42,8 +42,11 @@ class Builder:
 
     # ---- rows -----------------------------------------------------------------------------
 
-    def step(self, step: int, start: int, end: int, source: str = "optimizer") -> Builder:
-        self.steps.append({"step": step, "start_ns": start, "end_ns": end, "source": source})
+    def step(
+        self, step: int, start: int, end: int, source: str = "optimizer", optimizer_id: int = -1
+    ) -> Builder:
+        row = {"step": step, "start_ns": start, "end_ns": end, "source": source}
+        self.steps.append(row | {"optimizer_id": optimizer_id})
         return self
 
     def task(self, start: int, end: int, **cols: Any) -> int:

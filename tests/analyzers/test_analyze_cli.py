@@ -82,8 +82,11 @@ def test_json_schema_is_stable(run_dir: Path) -> None:
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert list(doc) == TOP_LEVEL
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert list(doc["headline"]) == HEADLINE_KEYS
+    assert doc["headline"]["estimated_gain_model"] == "bound"
+    for key in ("median_step_ns", "step_windows", "outlier_steps", "notes", "steps_from"):
+        assert key in doc["profile"], key
     for section, tables in SCHEMA.items():
         assert list(doc[section]) == tables, section
     for name, columns in TABLES.items():

@@ -142,3 +142,43 @@ def test_modelled_gains_agree_with_the_simulator(tmp_path: Path) -> None:
 
     real = busy(a["fp32"]) - busy(a["amp"])
     assert real / 2 <= gain <= real * 2
+
+
+def test_recorded_figures_add_up(results: dict[str, Analysis]) -> None:
+    """The invariants of test_analyze_invariants on every recorded sample."""
+    from test_analyze_invariants import check_document, check_steps
+
+    from msprof_py.analyzers import context
+    from msprof_py.analyzers.api import resolve
+
+    for name, a in results.items():
+        check_document(a.to_json())
+        profile = resolve(a.profile["path"])
+        check_steps(context.prepare(profile, a.profile["focus_rank"]))
+        assert a.profile["step_windows"] == "device", name
+
+
+@pytest.mark.slow
+def test_loops_whose_steps_are_not_what_they_seem(tmp_path: Path) -> None:
+    """sample_runs/train_loops.py: the host running ahead, an eval pass in the loop, a GAN."""
+    from test_analyze_invariants import check_document
+
+    dirs = record(
+        {
+            "nosync": ["train_loops.py", "--loop", "nosync", "--steps", "5"],
+            "eval": ["train_loops.py", "--loop", "eval", "--steps", "7", "--eval-every", "4"],
+            "gan": ["train_loops.py", "--loop", "gan", "--steps", "3"],
+        },
+        tmp_path,
+    )
+    a = {name: analyze(path) for name, path in dirs.items()}
+    for x in a.values():
+        check_document(x.to_json())
+    nosync = a["nosync"].to_json()["headline"]
+    assert nosync["utilisation"] > 0.9  # device-bound: busy, not "0% busy at 107% utilisation"
+    assert a["nosync"].finding("low_utilisation").status == "ok"
+    assert a["nosync"].finding("sync_in_loop").status == "ok"  # queue-full waits are no syncs
+    assert [o["step"] for o in a["eval"].profile["outlier_steps"]] == [3]
+    assert 3 not in a["eval"].profile["steps_analysed"]
+    assert a["gan"].profile["optimizers_per_step"] == 2
+    assert any("2 optimizers" in n for n in a["gan"].profile["notes"])

@@ -205,7 +205,11 @@ def test_step_breakdown_uses_step_trace_time_definitions() -> None:
     assert row["communication_ns"] == 3000
     assert row["comm_not_overlapped_ns"] == 2000
     assert row["overlapped_ns"] == 1000
-    assert row["free_ns"] == 2000  # [6000, 7000] and the copy's [8000, 9000]
+    # the step's window [0, 10000): [0, 1000], [6000, 7000] and [8000, 10000] (a copy runs
+    # in [8500, 9000]: free, not idle)
+    assert row["free_ns"] == 4000
+    assert row["computing_ns"] + row["comm_not_overlapped_ns"] + row["free_ns"] == 10_000
+    assert row["idle_copy_ns"] == 500 and row["idle_ns"] == 3500
     assert row["preparing_ns"] == 1000
     assert row["stage_ns"] == 8000
     assert row["device_busy_ns"] == 6000 and row["utilisation"] == pytest.approx(0.6)
@@ -218,8 +222,10 @@ def test_step_breakdown_agrees_with_the_exporters() -> None:
     ours = timeline.step_breakdown(context.prepare(profile, 0, warmup=0)).iloc[0]
     assert ours["computing_ns"] == theirs["Computing"]
     assert ours["comm_not_overlapped_ns"] == theirs["Communication(Not Overlapped)"]
-    assert ours["free_ns"] == theirs["Free"]
     assert ours["stage_ns"] == theirs["Stage"]
+    # torch_npu's Free spans the first to the last task; the step's window adds what lies
+    # before and after them
+    assert ours["free_ns"] == theirs["Free"] + ours["step_ns"] - ours["stage_ns"]
     assert ours["preparing_ns"] == theirs["Preparing"]
 
 
@@ -256,10 +262,11 @@ def test_idle_gaps_get_their_host_cause() -> None:
         "synchronisation": 1500,
         "host-bound dispatch": 9000,
         "other host work": 38_000,
+        "copies": 0,
     }
     row = timeline.step_breakdown(data).iloc[0]
     assert (row["idle_sync_ns"], row["idle_data_loading_ns"]) == (1500, 46_000)
-    assert row["idle_ns"] == 94_500
+    assert row["idle_ns"] == 94_500 == row["free_ns"]
 
 
 # ---- syncs ------------------------------------------------------------------------------
@@ -454,9 +461,10 @@ def test_collective_bandwidth_and_overlap() -> None:
 
 def rank_builder(rank: int, compute_ns: int, wait_ns: int) -> Builder:
     b = Builder(rank=rank)
-    for i in range(3):
-        t0 = i * 20_000
-        b.step(i, t0, t0 + compute_ns + wait_ns + 1000)
+    length = compute_ns + wait_ns + 1000
+    for i in range(3):  # step marks follow each other, as a training loop makes them
+        t0 = i * length
+        b.step(i, t0, t0 + length)
         b.task(t0, t0 + compute_ns, op_type="MatMul", task_type="AI_CORE", step=i)
         b.task(
             t0 + compute_ns,

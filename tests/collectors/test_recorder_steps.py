@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from msprof_py.collectors.recorder import Recorder
+from msprof_py.collectors.stepsource import parse_steps_from
 
 
 class Rows:
@@ -15,9 +18,14 @@ class Rows:
         self.rows.setdefault(table, []).append(row)
 
 
-def steps_of(marks: list[tuple[str, int]]) -> list[tuple]:
+def steps_of(marks: list[tuple[str, int]], steps_from: str = "optimizer") -> list[tuple]:
+    """The step rows (without the optimizer index) the marks make."""
+    return [row[:4] for row in step_rows(marks, steps_from)]
+
+
+def step_rows(marks: list[tuple[str, int]], steps_from: str = "optimizer") -> list[tuple]:
     writer = Rows()
-    recorder = Recorder(writer, lambda: 0)  # type: ignore[arg-type]
+    recorder = Recorder(writer, lambda: 0, steps_from=steps_from)  # type: ignore[arg-type]
     for source, now in marks:
         recorder.end_step(source, now)
     return writer.rows.get("steps", [])
@@ -49,3 +57,35 @@ def test_an_explicit_mark_right_after_optimizer_step_leaves_no_sliver_step() -> 
 def test_explicit_marks_alone() -> None:
     marks = [("torch_npu.profiler", 50), ("torch_npu.profiler", 90)]
     assert steps_of(marks) == [(0, 0, 50, "torch_npu.profiler"), (1, 50, 90, "torch_npu.profiler")]
+
+
+GAN = [("optimizer#0", 100), ("optimizer#1", 150), ("optimizer#0", 300), ("optimizer#1", 350)]
+
+
+def test_each_optimizer_step_ends_a_step_and_says_which_optimizer() -> None:
+    assert step_rows(GAN) == [
+        (0, 0, 100, "optimizer", 0),
+        (1, 100, 150, "optimizer", 1),
+        (2, 150, 300, "optimizer", 0),
+        (3, 300, 350, "optimizer", 1),
+    ]
+
+
+def test_steps_from_one_optimizer_makes_one_step_per_iteration() -> None:
+    assert step_rows(GAN, "1") == [(0, 0, 150, "optimizer", 1), (1, 150, 350, "optimizer", 1)]
+    assert step_rows(GAN, "0") == [(0, 0, 100, "optimizer", 0), (1, 100, 300, "optimizer", 0)]
+
+
+def test_steps_from_marks_ignores_the_optimizers() -> None:
+    marks = [*GAN[:2], ("msprof_py.step", 160), *GAN[2:], ("msprof_py.step", 360)]
+    assert steps_of(marks, "marks") == [
+        (0, 0, 160, "msprof_py.step"),
+        (1, 160, 360, "msprof_py.step"),
+    ]
+
+
+def test_steps_from_is_checked() -> None:
+    for bad in ("optimiser", "-1", "1.5", ""):
+        with pytest.raises(ValueError, match="--steps-from"):
+            parse_steps_from(bad)
+    assert parse_steps_from(" 2 ") == "2"

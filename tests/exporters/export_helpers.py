@@ -22,7 +22,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "host_events": default_row("host_events") | {"kind": "op", "thread": 1, "stream_id": -1},
     "memory": default_row("memory"),
-    "steps": {"source": "optimizer"},
+    "steps": {"source": "optimizer", "optimizer_id": -1},
 }
 for _table, _required in (
     ("tasks", ("task_id", "start_ns", "end_ns")),
@@ -186,6 +186,7 @@ def big_profile(
             "start_ns": step_start,
             "end_ns": step_end,
             "source": "optimizer",
+            "optimizer_id": -1,
         }
     )
     n_mem = n_tasks // 2

@@ -1,0 +1,81 @@
+"""The combined estimated gain of the fired findings: a bound, never the plain sum.
+
+Findings' gains overlap (fusing an elementwise chain and switching to a foreach optimizer
+remove some of the same kernels; a larger batch fills the same idle time that faster
+dispatch would), so adding them up overstates what doing everything would gain, past the
+step time itself. The combined figure is an **upper bound** built from the step's partition
+(every step is ``computing + communication not overlapped + free``, see
+:mod:`msprof_py.analyzers.timeline`):
+
+* each rule's gain comes out of one part of the step (:data:`PARTS`);
+* within ``free`` the host causes of idle time are disjoint (dispatch, synchronisation, data
+  loading, copies), so their gains add up; the batch-size gain fills the same idle time, so
+  the part takes the larger of the two;
+* within ``computing`` the gains may overlap: their sum is capped by the computing time;
+  within ``communication`` the gains overlap: the part takes the largest;
+* each part is capped by that part of the step, the total by the step.
+
+It is not a re-costed estimate: doing everything gains at most this much.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msprof_py.analyzers.findings import FIRED, Finding
+
+#: rule -> the part of the step its gain comes out of
+PARTS: dict[str, str] = {
+    "host_bound_dispatch": "free",
+    "sync_in_loop": "free",
+    "slow_dataloader": "free",
+    "exposed_copies": "free",
+    "small_copies": "free",
+    "low_utilisation": "free (batch)",
+    "exposed_communication": "communication",
+    "slow_rank": "communication",
+}
+BASIS = (
+    "upper bound: each finding's gain comes out of one part of the step (free time, "
+    "computing, exposed communication); gains of disjoint idle causes add up, overlapping "
+    "ones are capped by their part and the total by the step (not the plain sum)"
+)
+
+
+def part_of(rule: str) -> str:
+    """The part of the step the gain of ``rule`` comes out of (``computing`` by default:
+    fusion, AMP, AI CPU, optimizer and format rules save device time)."""
+    return PARTS.get(rule, "computing")
+
+
+def combined(findings: list[Finding], per_step: dict[str, float]) -> dict[str, Any]:
+    """The combined gain (us per step) of the fired findings, bounded by the step's parts.
+
+    ``per_step``: the mean ``step``, ``computing``, ``communication`` (not overlapped) and
+    ``free`` time of a step in us. Returns ``estimated_gain_us`` (the bound),
+    ``sum_us`` (the plain sum, for reference), ``by_part`` and ``basis``."""
+    sums = {"free": 0.0, "free (batch)": 0.0, "computing": 0.0, "communication": 0.0}
+    total = 0.0
+    for f in findings:
+        if f.status != FIRED or not f.estimated_gain_us:
+            continue
+        gain = max(0.0, float(f.estimated_gain_us))
+        total += gain
+        part = part_of(f.rule)
+        if part == "communication":
+            sums[part] = max(sums[part], gain)
+        else:
+            sums[part] += gain
+    free = min(per_step.get("free", 0.0), max(sums["free"], sums["free (batch)"]))
+    parts = {
+        "free": free,
+        "computing": min(per_step.get("computing", 0.0), sums["computing"]),
+        "communication": min(per_step.get("communication", 0.0), sums["communication"]),
+    }
+    step = max(0.0, per_step.get("step", 0.0))
+    return {
+        "estimated_gain_us": min(step, sum(parts.values())),
+        "sum_us": total,
+        "by_part": parts,
+        "basis": BASIS,
+    }
