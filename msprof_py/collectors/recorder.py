@@ -126,6 +126,7 @@ class Recorder:
             self._logical_thread if logical_threads else threading.get_ident
         )
         self._thread_ids: dict[int, int] = {}
+        self._flushed_a_step = False
         self._clock = clock
         self.warmup = warmup
         self.iteration = iteration
@@ -177,6 +178,13 @@ class Recorder:
         if self.recording:
             row = (self.step, self._step_start, now, source, optimizer)
             self.writer.append("steps", row)
+            # bound what a hard crash (os._exit, a segfault) loses: the first recorded step
+            # goes to disk at once, later ones at least every FLUSH_INTERVAL_S
+            if not self._flushed_a_step:
+                self._flushed_a_step = True
+                self.writer.flush()
+            else:
+                self.writer.flush_if_due()
         self.step += 1
         self._step_start = now
         self.recording = self._in_window(self.step)

@@ -51,6 +51,19 @@ def new_run_folder(output: Path) -> Path:
             suffix += 1
 
 
+def _ended(exit_code: int) -> str:
+    """``the application crashed (signal 11, SIGSEGV)`` / ``... exited with code 3``."""
+    if exit_code > 128:
+        import signal
+
+        try:
+            name = signal.Signals(exit_code - 128).name
+        except ValueError:
+            name = "unknown signal"
+        return f"the application crashed (signal {exit_code - 128}, {name})"
+    return f"the application ended without finishing its profile (exit code {exit_code})"
+
+
 def _reason(exc: BaseException) -> str:
     """One line on why an output failed (``No space left on device`` ...)."""
     if isinstance(exc, OSError) and exc.strerror:
@@ -191,7 +204,18 @@ class ProfileRun:
         meta["exit_code"] = self.exit_code
         if meta.get("status") == "running":  # killed before it could say how it ended
             meta["status"] = "killed"
-        write_meta_file(meta_path, meta)
+            parts = (meta.get("parts") or {}).get("steps", [])
+            steps = sum(int(p.get("rows", 0)) for p in parts if isinstance(p, dict))
+            print(
+                f"msprof: {_ended(self.exit_code)} after {steps} recorded step(s); the profile "
+                "holds what was written up to then (a partial profile)",
+                file=sys.stderr,
+            )
+        try:
+            write_meta_file(meta_path, meta)
+        except OSError as exc:  # a full disk: the recorded meta.json stays as it was
+            print(f"msprof: could not record the exit code in {meta_path}: {_reason(exc)}",
+                  file=sys.stderr)  # fmt: skip
         if "rows" in meta and not any(meta["rows"].values()):
             return  # no rows (--warmup skipped every step): nothing to export
         from msprof_py.exporters import export_run

@@ -184,7 +184,22 @@ class Session:
         with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
             signal.signal(signal.SIGTERM, self._on_sigterm)
         os.register_at_fork(after_in_child=self._disable_in_child)
+        self._wrap_os_exit()
         return self
+
+    def _wrap_os_exit(self) -> None:
+        """``os._exit`` skips every exit handler: flush the profile first (this process's
+        session only; a forked child's call goes straight through)."""
+        real_exit = os._exit
+        owner = os.getpid()
+
+        def _exit(code: int) -> None:
+            if os.getpid() == owner:
+                with contextlib.suppress(Exception):  # exiting comes first, whatever happens
+                    self.stop(self.status if self.status != "running" else "completed")
+            real_exit(code)
+
+        os._exit = _exit
 
     def _detach(self) -> None:
         state = runtime.STATE

@@ -23,10 +23,16 @@ def print_run_summary(
     """Where the profile is and its headline numbers (the same as ``msprof analyze``'s)."""
     console = console or Console(stderr=True)
     if folder is None or not rank_dirs:
-        console.print(
-            f"msprof: the application exited with code {exit_code}; no device "
-            "activity was recorded (did it use the npu device?)"
-        )
+        if exit_code > 128:
+            console.print(
+                f"msprof: the application was ended by signal {exit_code - 128} before "
+                "anything was recorded"
+            )
+        else:
+            console.print(
+                f"msprof: the application exited with code {exit_code}; no device "
+                "activity was recorded (did it use the npu device?)"
+            )
         return
     where = terminal(folder)
     console.print(f"[bold]msprof[/bold]: profile written to {where}")

@@ -172,6 +172,12 @@ def _open_folder(folder: Path, categorical: bool) -> _Folder:
             f"{folder}: the recorder never finished (status {info['status']}): partial "
             "profile, its last rows may be missing"
         )
+    if info.get("recording_error"):
+        partial = True
+        notes.append(
+            f"{folder}: recording stopped early ({info['recording_error']}): partial profile, "
+            "the rows after that point were not written"
+        )
     for tmp in unfinished_files(folder):
         if tmp.name != f"{META_FILE}.tmp":
             notes.append(f"{tmp} is a chunk the run was writing when it ended: dropped")

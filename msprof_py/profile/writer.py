@@ -8,7 +8,10 @@ on disk, and a reader can tell any later damage from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,11 @@ __all__ = ["DEFAULT_CHUNK_ROWS", "RawWriter", "write_json_atomic", "write_meta_f
 
 #: rows a table buffers before they go to disk (bounds the recorder's memory)
 DEFAULT_CHUNK_ROWS = 65_536
+#: buffered rows also go to disk when this many seconds passed since the last flush (checked
+#: every :data:`_CLOCK_EVERY` appended rows and at step ends): a hard crash (``os._exit``, a
+#: segfault) loses at most about this much of the run
+FLUSH_INTERVAL_S = 1.0
+_CLOCK_EVERY = 4096
 
 
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
@@ -62,14 +70,60 @@ class RawWriter:
         self.meta["parts"] = {name: [] for name in TABLES}
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
         self.appended = 0
+        #: why recording stopped (a full disk ...), or None while it works
+        self.failed: str | None = None
+        self._last_flush = time.monotonic()
 
     def append(self, table: str, row: tuple) -> None:
-        """Add one row; flush the table's chunk when it is full."""
+        """Add one row; flush the table's chunk when it is full, and every buffered row when
+        :data:`FLUSH_INTERVAL_S` passed. Never raises: if writing fails, recording stops."""
+        if self.failed is not None:
+            return
         rows = self._rows[table]
         rows.append(row)
         self.appended += 1
         if len(rows) >= self.chunk_rows:
-            self._flush_table(table)
+            self._guarded(self._flush_table, table)
+        elif not self.appended % _CLOCK_EVERY:
+            self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        """Flush every buffered row if :data:`FLUSH_INTERVAL_S` passed since the last flush
+        (the recorder calls it at step ends too). Never raises."""
+        if self.failed is None and time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self._guarded(self._flush_buffers)
+
+    def _flush_buffers(self) -> None:
+        for name in TABLES:
+            self._flush_table(name)
+        self._last_flush = time.monotonic()
+
+    def _guarded(self, write: Any, *args: Any) -> None:
+        """Run ``write``; on any error stop recording with one warning (the profiled program
+        runs on, and what was written before stays a loadable, partial profile)."""
+        try:
+            write(*args)
+        except Exception as exc:
+            self._stop_recording(exc)
+
+    def _stop_recording(self, exc: BaseException) -> None:
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = exc.strerror + (f" ({exc.filename})" if exc.filename else "")
+        else:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+        self.failed = reason
+        self._rows = {name: [] for name in TABLES}
+        written = sum(self.rows_written.values())
+        print(
+            f"msprof: warning: recording stopped: {reason}; the application runs on, and the "
+            f"{written:,} rows written so far stay a loadable (partial) profile",
+            file=sys.stderr,
+        )
+        try:  # say so in meta.json, if there is room for it
+            self.meta["recording_error"] = reason
+            self.write_meta()
+        except Exception:
+            self.meta.pop("recording_error", None)
 
     def _flush_table(self, name: str) -> None:
         rows = self._rows[name]
@@ -89,13 +143,19 @@ class RawWriter:
         self.write_meta()  # list the part: a crash from now on keeps it
 
     def flush(self) -> None:
-        """Write every buffered row and the metadata (nothing at all if no row ever came)."""
+        """Write every buffered row and the metadata (nothing at all if no row ever came).
+
+        Never raises: a failed write stops recording with one warning (see ``failed``)."""
         if not self.appended:
             return
-        for name in TABLES:
-            self._flush_table(name)
-        self.meta["rows"] = dict(self.rows_written)
-        self.write_meta()
+        if self.failed is not None:  # the final status, if there is room for it now
+            with contextlib.suppress(Exception):
+                self.write_meta()
+            return
+        self._guarded(self._flush_buffers)
+        if self.failed is None:
+            self.meta["rows"] = dict(self.rows_written)
+            self._guarded(self.write_meta)
 
     def write_meta(self) -> None:
         """(Re)write ``meta.json``, sealed with its checksum (creating the folder on first

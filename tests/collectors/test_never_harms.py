@@ -1,0 +1,114 @@
+"""The profiler never harms the run it watches: a full disk, os._exit and a segfault."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+import msprof_py.profile.writer as writer_module
+from msprof_py.profile import load
+from msprof_py.profile.writer import RawWriter
+
+MSPROF = [sys.executable, "-m", "msprof_py.cli_entry"]
+
+STEPS = """
+import os, sys, torch
+model = torch.nn.Linear(8, 2).to("npu")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range({steps}):
+    model(torch.randn(4, 8).to("npu")).sum().backward()
+    opt.step()
+    opt.zero_grad()
+{end}
+"""
+
+
+def _msprof(tmp_path: Path, body: str, output: Path) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run(
+        [*MSPROF, "--output", str(output), "--no-report", "python", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _rank_dir(output: Path) -> Path:
+    (rank,) = output.glob("msprof_*/*_ascend_pt")
+    return rank
+
+
+def test_os_exit_keeps_the_profile(tmp_path: Path) -> None:
+    result = _msprof(tmp_path, STEPS.format(steps=3, end="os._exit(7)"), tmp_path / "out")
+    assert result.returncode == 7, result.stderr
+    profile = load(_rank_dir(tmp_path / "out"))
+    assert len(profile.steps) == 3 and not profile.partial
+    assert profile.meta[0]["status"] == "completed"
+
+
+def test_a_segfault_keeps_the_steps_before_it(tmp_path: Path) -> None:
+    body = STEPS.format(steps=2, end="import ctypes; ctypes.string_at(0)")
+    result = _msprof(tmp_path, body, tmp_path / "out")
+    assert result.returncode == 128 + 11
+    assert "the application crashed (signal 11, SIGSEGV) after" in result.stderr
+    assert "Traceback" not in result.stderr
+    profile = load(_rank_dir(tmp_path / "out"))  # partial, loadable
+    assert profile.partial and len(profile.steps) >= 1
+
+
+def test_a_failing_writer_stops_recording_without_raising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    writer = RawWriter(tmp_path / "raw", {"rank": 0, "status": "running"}, chunk_rows=4)
+    for i in range(8):
+        writer.append("steps", (i, i, i + 1, "optimizer", 0))
+
+    def disk_full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "steps-00002.parquet")
+
+    monkeypatch.setattr(writer_module, "_write_part", disk_full)
+    for i in range(8, 20):  # never raises into the caller
+        writer.append("steps", (i, i, i + 1, "optimizer", 0))
+    writer.flush()
+    assert writer.failed == "No space left on device (steps-00002.parquet)"
+    err = capsys.readouterr().err
+    assert err.count("msprof: warning: recording stopped: No space left on device") == 1
+    profile = load(tmp_path / "raw")
+    assert profile.partial and list(profile.steps["step"]) == list(range(8))
+    assert any("recording stopped early" in str(w) for w in profile.warnings)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    mount = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_full_disk_never_stops_the_training(tmp_path: Path, small_disk: Path) -> None:
+    body = STEPS.format(steps=1500, end='print("trained to the end")')
+    result = _msprof(tmp_path, body, small_disk)
+    assert result.returncode == 0, result.stderr[-2000:]  # the script's own exit code
+    assert "trained to the end" in result.stdout
+    assert "msprof: warning: recording stopped: No space left on device" in result.stderr
+    assert "Traceback" not in result.stderr
+    profile = load(_rank_dir(small_disk))  # what fitted is loadable, and says it is partial
+    assert profile.partial and len(profile.steps) > 0
