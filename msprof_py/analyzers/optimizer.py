@@ -2,7 +2,10 @@
 
 torch records each ``optimizer.step()`` as a ``Optimizer.step#<Class>.step`` range. An
 optimizer running per parameter (``foreach=False``) issues several small ops for every
-parameter; a multi-tensor one (``_foreach_*``) or a fused one (``_fused_*``) few.
+parameter; a fused one (``_fused_*``) one. A multi-tensor one (``_foreach_*``) is only told
+apart by the mode the session stored in ``meta.json`` (``optimizers``): on the npu device
+each ``_foreach_*`` op runs as PyTorch's per-tensor fallback, so its recorded (leaf) ops are
+per-tensor ops.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.intervals import assign
 from msprof_py.analyzers.patterns import OPTIMIZER_ANNOTATION
 
-MULTI_TENSOR = ("_foreach_", "_fused_", "npu_fused", "Fused")
+FUSED_NAMES = ("_fused_", "npu_fused", "Fused")
 
 
 def step_ops(data: RankData) -> tuple[pd.DataFrame, str]:
@@ -47,16 +50,21 @@ def step_ops(data: RankData) -> tuple[pd.DataFrame, str]:
 
 
 def summary(data: RankData) -> dict[str, Any]:
-    """Optimizer class, ops, kernels, device and host time per step, multi-tensor or not."""
+    """Optimizer class, its mode (``fused`` | ``foreach`` | ``per-parameter`` | ``unknown``:
+    a profile without the recorded mode), ops, kernels, device and host time per step."""
     ops, cls = step_ops(data)
     n = data.n_steps
     names = ops["name"].astype(object).astype(str)
-    multi = bool(np.any([names.str.contains(m, regex=False).any() for m in MULTI_TENSOR]))
+    fused = bool(np.any([names.str.contains(m, regex=False).any() for m in FUSED_NAMES]))
+    if names.str.contains("_foreach_", regex=False).any():
+        recorded = "foreach"
+    else:
+        recorded = (data.meta.get("optimizers") or {}).get(cls, {}).get("mode", "unknown")
     return {
         "rank": data.rank,
         "optimizer": cls,
         "found": bool(cls),
-        "multi_tensor": multi,
+        "mode": "fused" if fused or cls.startswith("NpuFused") else recorded,
         "ops_per_step": len(ops) / n,
         "kernels_per_step": float(ops["kernels"].sum()) / n,
         "device_ns_per_step": float(ops["device_ns"].sum()) / n,

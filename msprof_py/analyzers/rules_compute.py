@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from msprof_py.analyzers import aicpu, formats, optimizer, patterns, recost
+from msprof_py.analyzers import aicpu, formats, optimizer, patterns, recost, timeline
 from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 
@@ -108,34 +108,79 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """Per-parameter optimizer ops instead of foreach/fused kernels."""
+    """An optimizer step of many small per-tensor kernels that a fused step would replace."""
     data = ctx.data
     need_tasks(data)
     need_host_ops(data)
     s = optimizer.summary(data)
     if not s["found"]:
         raise Skip("no Optimizer.step annotations recorded")
-    if s["multi_tensor"] or s["kernels_per_step"] < spec.thresholds["min_kernels_per_step"]:
-        return spec.ok(data.rank, s)
+    fix = spec.extra.get("fused", {}).get(s["optimizer"])
+    few = s["kernels_per_step"] < spec.thresholds["min_kernels_per_step"]
+    if s["mode"] == "fused" or few or fix is None:
+        return spec.ok(data.rank, {**s, "fused_variant": fix is not None})
     need_spec(data)
+    n = data.n_steps
     sched = data.spec.dispatch.device_sched_ns
-    gain_ns = max(0.0, s["kernels_per_step"] - 1) * sched
-    time = s["device_ns_per_step"] * data.n_steps
+    params = (data.meta.get("optimizers") or {}).get(s["optimizer"], {}).get("params", 0)
+    kept = 1 + fix.get("kernels_per_param", 0) * int(params or 0)  # kernels (and ops) left
+    device_saved = max(0.0, s["kernels_per_step"] - kept) * sched
+    ops = max(1.0, s["ops_per_step"])
+    host_saved = s["host_ns_per_step"] * max(0.0, 1 - kept / ops)
+    gain_ns, overlap = _serial_gain(data, host_saved, device_saved)
+    cls = s["optimizer"]
+    kwargs = ", ".join(f"{k}={v!r}" for k, v in fix["kwargs"].items())
+    mode_text = {
+        "foreach": "foreach, which on this device runs one kernel per tensor",
+        "per-parameter": "per parameter",
+    }.get(s["mode"], "foreach or per parameter")
     values = {
-        "optimizer": s["optimizer"],
-        "optimizer_class": s["optimizer"] or "SGD",
+        "optimizer": cls,
+        "mode_text": mode_text,
         "kernels_per_step": s["kernels_per_step"],
         "ops_per_step": s["ops_per_step"],
         "time_us": us(s["device_ns_per_step"]),
         "host_us": us(s["host_ns_per_step"]),
-        "share": data.share(time),
+        "share": data.share(s["device_ns_per_step"] * n),
+        "fix": (
+            f"Use the fused step: torch.optim.{cls}(..., {kwargs}) (or "
+            f"torch_npu.optim.{fix['npu']}(...)): one kernel and one op per step."
+        ),
     }
     evidence = {
-        "host_dispatch_saved_us_per_step": us(s["host_ns_per_step"])
-        * (1 - 1 / max(1, s["ops_per_step"]))
+        "mode": s["mode"],
+        "device_saved_us_per_step": us(device_saved),
+        "host_dispatch_saved_us_per_step": us(host_saved),
+        "host_device_overlap": overlap,
+        "apply": {"optimizer": cls, "kwargs": fix["kwargs"]},
+        "apis": [
+            {"api": f"torch.optim.{cls}", "kwargs": fix["kwargs"]},
+            {"api": f"torch_npu.optim.{fix['npu']}", "kwargs": {}},
+        ],
     }
-    share = data.share(max(time, s["host_ns_per_step"] * data.n_steps))
+    share = data.share(max(s["device_ns_per_step"], s["host_ns_per_step"]) * n)
     return spec.fire(values, share, us(gain_ns), data.rank, evidence)
+
+
+def _serial_gain(data: RankData, host_saved: float, device_saved: float) -> tuple[float, float]:
+    """Step time saved by removing ``host_saved`` ns of host dispatch and ``device_saved`` ns
+    of device work per step, and the overlap share it is based on.
+
+    Where host and device work run one after the other (the host dispatches, then waits for
+    the device at a sync), both savings shorten the step; where they run side by side only
+    the larger does. The share of the smaller busy time that overlaps the other
+    (``host busy + device busy - step``, measured per step; the host is busy whenever it is
+    not blocked in a sync) interpolates between the two.
+    """
+    n = data.n_steps
+    steps = timeline.step_breakdown(data)
+    step = float(steps["step_ns"].sum()) / n
+    device = float(steps["device_busy_ns"].sum()) / n
+    syncs = data.host[data.host["kind"] == "sync"]
+    host = step - float((syncs["end_ns"] - syncs["start_ns"]).sum()) / n
+    both = min(host, device)
+    overlap = min(1.0, max(0.0, host + device - step) / both) if both > 0 else 1.0
+    return host_saved + device_saved - overlap * min(host_saved, device_saved), overlap
 
 
 def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:

@@ -37,6 +37,19 @@ def parse(shapes: str, dtypes: str = "") -> list[tuple[int, ...]]:
     return out
 
 
+def tensor_bytes(shapes: str, dtypes: str) -> int:
+    """Bytes of the tensors a row describes (``"10,10;3"`` with ``"float16;int64"`` -> 224;
+    a 0-d tensor is one element); 0 when a dtype is unknown."""
+    names = dtypes.split(";") if dtypes else []
+    total = 0
+    for dims, dtype in zip(parse(shapes, dtypes), names, strict=False):
+        try:
+            total += math.prod(dims) * ITEMSIZE[canonical(dtype)]
+        except ValueError:
+            return 0
+    return total
+
+
 def codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """Integer codes of a string column (plain or categorical) and its distinct strings;
     a missing value is the empty string."""

@@ -31,6 +31,7 @@ import torch
 import msprof_py
 from msprof_py import adapter
 from msprof_py.adapter import runtime, steps
+from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
 from msprof_py.profile.schema import FORMAT_VERSION, RAW_DIR
 from msprof_py.profile.writer import RawWriter
@@ -290,10 +291,16 @@ class Session:
 
         recorder = self.recorder
         assert recorder is not None
+        seen: set[int] = set()
+        session = self
 
         optimizers: dict[int, int] = {}  # id(optimizer) -> its index (order of first step)
 
         def optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if id(optimizer) not in seen and session.writer is not None:
+                seen.add(id(optimizer))
+                modes = session.writer.meta.setdefault("optimizers", {})
+                modes.setdefault(type(optimizer).__name__, optimizer_mode(optimizer))
             index = optimizers.setdefault(id(optimizer), len(optimizers))
             steps.mark_step(f"optimizer#{index}")
 

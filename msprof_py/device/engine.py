@@ -317,6 +317,9 @@ class Engine:
             output_dtypes,
             output_formats,
             attrs,
+            round(cost.cube_ns),
+            round(cost.vector_ns),
+            round(cost.memory_ns),
         )
         if self.bus.active:
             self._emit_launch(name, host_start, stream, task)

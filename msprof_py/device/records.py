@@ -73,6 +73,11 @@ class TaskRecord:
     output_formats: tuple[str, ...] = ()
     #: kind-specific details: copy direction and pinnedness, collective algorithm, event id ...
     attrs: dict[str, object] | None = None
+    #: kernels: the cost model's cube (MAC), vector and HBM-traffic times (ns, each as if it
+    #: ran alone; the duration is the scheduling overhead plus the largest), 0 otherwise
+    cube_ns: int = 0
+    vector_ns: int = 0
+    memory_ns: int = 0
 
     @property
     def duration_ns(self) -> int:

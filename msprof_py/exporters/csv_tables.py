@@ -2,8 +2,9 @@
 
 Each function returns a DataFrame whose columns are exactly the file's header; values come
 from the profile (durations: the tasks' ``end - start`` in µs; absolute times: exact µs text).
-Columns we cannot fill with real values are left out rather than faked: no PMU columns
-(``aic_mac_ratio`` ...), no ``HF32 Eligible``, no ``Context ID``, no call stacks.
+Columns we cannot fill with real values are left out rather than faked: no ``HF32 Eligible``,
+no ``Context ID``, no call stacks. The PMU columns (``aicore_time(us)``, ``aic_mac_ratio`` ...)
+are the cost model's pipe times, not counters (:mod:`msprof_py.exporters.pmu`).
 
 Choices worth knowing:
 
@@ -29,9 +30,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from msprof_py.analyzers.context import load_spec
 from msprof_py.exporters import naming
 from msprof_py.exporters.frames import ExportData
 from msprof_py.exporters.overlap import STEP_TRACE_COLUMNS, step_breakdown
+from msprof_py.exporters.pmu import PMU_HEADER, pmu_columns
 from msprof_py.exporters.runinfo import NO_MODEL_ID, us
 from msprof_py.exporters.trace_events import (
     SLICE_ROWS,
@@ -67,6 +70,7 @@ OP_SUMMARY_HEADER = [
     "Output Shapes",
     "Output Data Types",
     "Output Formats",
+    *PMU_HEADER,
 ]
 #: op_summary -> kernel_details renames (torch_npu ``_kernel_view_parser``)
 KERNEL_DETAILS_RENAME = {
@@ -225,9 +229,11 @@ def _op_summary(data: ExportData) -> pd.DataFrame:
             "Output Data Types": _or_na(naming.cann_dtypes(t["output_dtypes"])),
             "Output Formats": _or_na(t["output_formats"]),
         },
-        columns=OP_SUMMARY_HEADER,
+        columns=OP_SUMMARY_HEADER[: -len(PMU_HEADER)],
     )
-    return frame
+    spec = load_spec(data.info.meta)[0]
+    pmu = pmu_columns(t, spec)
+    return pd.concat([frame, pmu.set_axis(frame.index)], axis=1)
 
 
 def kernel_details(data: ExportData) -> pd.DataFrame:

@@ -285,3 +285,21 @@ def test_too_many_streams(tmp_path: Path) -> None:
     engine.create_stream()
     with pytest.raises(DeviceError, match="more than 2 streams"):
         engine.create_stream()
+
+
+def test_kernel_tasks_carry_the_cost_models_pipe_times() -> None:
+    """The pipe times the exporters' PMU columns come from: each term of the roofline, as the
+    cost model computed it (the duration is the overhead plus the largest)."""
+    from msprof_py.device.costmodel import matmul_cost
+
+    spec = DeviceSpec.load()
+    engine = Engine(spec)
+    cost = matmul_cost(spec, 256, 256, 512, dtype="float16", vector_elements=256 * 256)
+    task = engine.submit_kernel(engine.default_stream, cost, name="mm", op_type="MatMul")
+    assert (task.cube_ns, task.vector_ns, task.memory_ns) == (
+        round(cost.cube_ns),
+        round(cost.vector_ns),
+        round(cost.memory_ns),
+    )
+    assert task.cube_ns > 0 and task.vector_ns > 0 and task.memory_ns > 0
+    assert task.duration_ns == cost.sched_ns + max(task.cube_ns, task.vector_ns, task.memory_ns)

@@ -142,6 +142,9 @@ def big_profile(
             "algorithm": np.where(kinds == "collective", "mesh", ""),
             "world_size": np.where(kinds == "collective", 2, 0),
             "notify_wait_ns": 0,
+            "cube_ns": np.where(task_type == "AI_CORE", dur // 2, 0),
+            "vector_ns": np.where(task_type == "AI_VECTOR_CORE", dur // 2, 0),
+            "memory_ns": np.where(kinds == "kernel", dur // 3, 0),
             "host_op_id": np.arange(n_tasks) * 2,
             "step": step,
         }

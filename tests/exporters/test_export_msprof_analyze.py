@@ -69,3 +69,37 @@ def test_cluster_step_trace_time_of_two_ranks(cluster_runs: Path, tmp_path: Path
         mine = ranks[int(row["Index"])][row["Step"]]
         assert float(row["Computing"]) == pytest.approx(float(mine["Computing"]))
         assert float(row["Free"]) == pytest.approx(float(mine["Free"]))
+
+
+def _overall_split(run: Path, cwd: Path) -> dict[str, float]:
+    """The advisor's Overall Summary table: index name -> duration (ms)."""
+    proc = msprof_analyze("advisor", "all", "-d", str(run), "-l", "en", "--agent", cwd=cwd)
+    report = json.loads(proc.stdout[proc.stdout.index('{"status"') :])
+    rows = report["message"]["Overall Summary"]["data"]
+    return {name.strip(" -"): float(ms) for name, ms, _ in rows}
+
+
+@pytest.mark.parametrize(("sample", "cube"), [("resnet", "Conv"), ("transformer", "Matmul")])
+def test_advisor_compute_split_from_modelled_pipes(
+    sample_runs: dict[str, Path], sample: str, cube: str, tmp_path: Path
+) -> None:
+    """With the modelled PMU columns the advisor splits computing time into cube and vector
+    work (it skips kernels without ``aiv_vec_time``/``mac_time``: all 0.000 before)."""
+    split = _overall_split(sample_runs[sample], tmp_path)
+    assert split[cube] > 0 and split["Vector"] > 0
+    parts = ("Flash Attention", "Conv", "Matmul", "Vector", "SDMA(Tensor Move)", "Other Cube")
+    assert sum(split[p] for p in parts) <= split["Computing Time"] + 1e-3
+    (details,) = sample_runs[sample].glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT/kernel_details.csv")
+    with open(details, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    kernels = [r for r in rows if r["Accelerator Core"] in ("AI_CORE", "AI_VECTOR_CORE")]
+    assert kernels and all(r["aiv_vec_time(us)"] != "N/A" for r in kernels)
+    # every Conv* / *MatMul* kernel lands in the advisor's Conv / Matmul rows (so do the
+    # vector kernels those ops launch, by the host op they came from)
+    typed = sum(
+        float(r["Duration(us)"])
+        for r in kernels
+        if r["Type"].lower().startswith("conv") or "matmul" in r["Type"].lower()
+    )
+    assert split["Conv"] + split["Matmul"] >= typed / 1000 - 0.002
+    assert typed > 0

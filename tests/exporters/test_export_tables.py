@@ -12,10 +12,19 @@ from msprof_py.exporters.ascend_pt import export_ascend_pt
 
 OUT = "ASCEND_PROFILER_OUTPUT"
 
+#: the modelled PipeUtilization columns (A2 order; mte1 and icache miss rates not modelled)
+PMU = (
+    ",aicore_time(us),aic_total_cycles,aic_mac_time(us),aic_mac_ratio,aic_scalar_time(us),"
+    "aic_scalar_ratio,aic_mte2_time(us),aic_mte2_ratio,aic_fixpipe_time(us),aic_fixpipe_ratio,"
+    "aiv_time(us),aiv_total_cycles,aiv_vec_time(us),aiv_vec_ratio,aiv_scalar_time(us),"
+    "aiv_scalar_ratio,aiv_mte2_time(us),aiv_mte2_ratio,aiv_mte3_time(us),aiv_mte3_ratio,"
+    "cube_utilization(%)"
+)
 HEADERS = {
     "kernel_details.csv": "Step Id,Device_id,Model ID,Task ID,Stream ID,Name,Type,OP State,"
     "Accelerator Core,Start Time(us),Duration(us),Wait Time(us),Block Dim,Mix Block Dim,"
-    "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats",
+    "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
+    + PMU,
     "op_statistic.csv": "Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),"
     "Avg Time(us),Max Time(us),Ratio(%)",
     "step_trace_time.csv": "Device_id,Step,Computing,Communication(Not Overlapped),Overlapped,"
@@ -35,7 +44,8 @@ HEADERS = {
 CANN_HEADERS = {
     "op_summary": "Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type,OP State,Task Type,"
     "Task Start Time(us),Task Duration(us),Task Wait Time(us),Block Dim,Mix Block Dim,"
-    "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats",
+    "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats"
+    + PMU,
     "op_statistic": HEADERS["op_statistic.csv"],
     "api_statistic": HEADERS["api_statistic.csv"],
     "task_time": "Device_id,kernel_name,kernel_type,stream_id,task_id,task_time(us),"

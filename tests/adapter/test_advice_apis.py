@@ -1,0 +1,48 @@
+"""Every API a finding names exists in torch 2.13 or the torch_npu shim, accepts the
+arguments the finding suggests, and does on the npu device what the finding promises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from msprof_py.analyzers.findings import rule_specs
+from msprof_py.device import SimulatedNpu, TaskKind, TaskLog
+
+FUSED = rule_specs()["fused_optimizer"].extra["fused"]
+
+
+def _params() -> list[torch.nn.Parameter]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2)).to("npu")
+    model(torch.randn(4, 8, device="npu")).sum().backward()
+    return list(model.parameters())
+
+
+def _step_kernels(opt: torch.optim.Optimizer, log: TaskLog) -> int:
+    """Kernels of a steady step (the first one also creates the optimizer state)."""
+    opt.step()
+    before = len(log.tasks)
+    opt.step()
+    return sum(1 for t in log.tasks[before:] if t.kind is TaskKind.KERNEL)
+
+
+@pytest.mark.parametrize("cls", sorted(FUSED))
+def test_fused_optimizer_advice_names_working_apis(
+    npu: SimulatedNpu, log: TaskLog, cls: str
+) -> None:
+    import torch_npu.optim
+
+    fix = FUSED[cls]
+    params = _params()
+    per_param = _step_kernels(getattr(torch.optim, cls)(params, lr=0.01, foreach=False), log)
+    fused = _step_kernels(getattr(torch.optim, cls)(params, lr=0.01, **fix["kwargs"]), log)
+    npu_cls = getattr(torch_npu.optim, fix["npu"])
+    assert issubclass(npu_cls, getattr(torch.optim, cls))
+    shim = _step_kernels(npu_cls(params, lr=0.01), log)
+    assert per_param >= len(params)  # per tensor: at least one kernel each
+    # the promise the rule's gain model makes: one kernel, plus the per-tensor kernels the
+    # fused step keeps (Adam's step counters: a _foreach_add_ that runs per tensor here)
+    assert fused == 1 + fix.get("kernels_per_param", 0) * len(params)
+    assert shim == 1
+    assert fused < per_param

@@ -1,0 +1,99 @@
+"""The recommendation check: apply each recommendation to the sample it fired on, profile
+again, and compare the step time saved with the finding's estimate (issue 13).
+
+Each case records the sample twice under ``msprof`` (as is, and with the finding's
+``evidence["apply"]`` recipe applied by ``apply_fix.py``), so the module is slow. The
+measured gain is the drop in mean step time (``headline.mean_step_us``); it must lie within
+:data:`TOLERANCE` of the estimate, and the finding must then report ok.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_runs"
+APPLY = Path(__file__).with_name("apply_fix.py")
+#: measured gain / estimated gain must lie in [1 - TOLERANCE, 1 + TOLERANCE]
+TOLERANCE = 0.25
+SAMPLE_ARGV = {
+    "resnet": ["train_resnet.py", "--steps", "4"],
+    "transformer": ["train_transformer.py", "--steps", "4"],
+}
+#: (sample, rule) pairs whose advice is applied and measured
+CHECKED = [("resnet", "fused_optimizer"), ("transformer", "fused_optimizer")]
+
+
+def _record(folder: Path, argv: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "msprof_py.cli_entry", f"--output={folder}", "--no-report"]
+    return subprocess.Popen(
+        [*cmd, "python", *argv], cwd=folder.parent, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def _analysis(folder: Path, proc: subprocess.Popen) -> dict[str, Any]:
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-3000:]
+    run = next(folder.glob("msprof_*"))
+    cmd = [sys.executable, "-m", "msprof_py.cli_entry", "analyze", str(run), "--json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+    return json.loads(done.stdout)
+
+
+def _finding(analysis: dict[str, Any], rule: str) -> dict[str, Any]:
+    (found,) = [f for f in analysis["findings"] if f["rule"] == rule and f["rank"] in (0, None)]
+    return found
+
+
+@pytest.fixture(scope="module")
+def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each sample's analysis as it is (recorded in parallel)."""
+    parent = tmp_path_factory.mktemp("baseline")
+    procs = {}
+    for name, (script, *args) in SAMPLE_ARGV.items():
+        procs[name] = _record(parent / name, [str(SAMPLES / script), *args])
+    return {name: _analysis(parent / name, proc) for name, proc in procs.items()}
+
+
+@pytest.fixture(scope="module")
+def applied(
+    baselines: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Each checked sample re-profiled with its finding's recipe applied (in parallel)."""
+    parent = tmp_path_factory.mktemp("applied")
+    procs = {}
+    for sample, rule in CHECKED:
+        recipe = _finding(baselines[sample], rule)["evidence"].get("apply")
+        if recipe is None:
+            continue
+        script, *args = SAMPLE_ARGV[sample]
+        argv = [str(APPLY), json.dumps(recipe), str(SAMPLES / script), *args]
+        procs[sample, rule] = _record(parent / f"{sample}-{rule}", argv)
+    return {k: _analysis(parent / f"{k[0]}-{k[1]}", p) for k, p in procs.items()}
+
+
+@pytest.mark.parametrize(("sample", "rule"), CHECKED)
+def test_applied_advice_delivers_its_estimated_gain(
+    baselines: dict[str, dict[str, Any]],
+    applied: dict[tuple[str, str], dict[str, Any]],
+    sample: str,
+    rule: str,
+) -> None:
+    before = _finding(baselines[sample], rule)
+    assert before["status"] == "fired", before["message"]
+    assert (sample, rule) in applied, "the finding carries no recipe to apply"
+    after = applied[sample, rule]
+    measured = baselines[sample]["headline"]["mean_step_us"] - after["headline"]["mean_step_us"]
+    estimated = before["estimated_gain_us"]
+    assert estimated > 0
+    assert 1 - TOLERANCE <= measured / estimated <= 1 + TOLERANCE, (measured, estimated)
+    assert _finding(after, rule)["status"] == "ok"
