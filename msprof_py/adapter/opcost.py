@@ -317,6 +317,38 @@ def _conv_backward(
     return kernels
 
 
+#: training batch norm runs as two CANN kernels each way, each reading the activation once:
+#: forward BNTrainingReduce (per-channel sum and sum of squares) then BNTrainingUpdate
+#: (normalise, scale, shift, running stats); backward BNTrainingUpdateGrad (per-channel
+#: sums of dy and dy * x_hat) then BNTrainingReduceGrad (dx)
+_BN_TRAINING = frozenset({"native_batch_norm", "_native_batch_norm_legit"})
+_BN_BACKWARD = frozenset({"native_batch_norm_backward"})
+
+
+def _batch_norm(
+    spec: DeviceSpec, base: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]
+) -> list[PlannedKernel]:
+    x = inputs[0] if base in _BN_TRAINING else inputs[1]
+    act = x.nbytes
+    dtype = x.dtype_name
+    channels = x.shape[1] if len(x.shape) > 1 else 1
+    stats = 2 * channels * 4
+    if base in _BN_TRAINING:  # x -> sums; x, sums -> y (+ saved mean / rstd)
+        steps = (("BNTrainingReduce", act + stats, 2), ("BNTrainingUpdate", 2 * act, 4))
+    else:  # dy, x -> sums; dy, x, sums -> dx
+        steps = (
+            ("BNTrainingUpdateGrad", 2 * act + stats, 3),
+            ("BNTrainingReduceGrad", 3 * act, 4),
+        )
+    kernels = []
+    for op_type, traffic, ops in steps:
+        cost = costmodel.vector_cost(
+            spec, elements=x.numel, dtype=dtype, bytes_moved=traffic, ops_per_element=ops
+        )
+        kernels.append(PlannedKernel(op_type, cost))
+    return kernels
+
+
 def op_tasks(
     spec: DeviceSpec,
     base: str,
@@ -330,6 +362,8 @@ def op_tasks(
     if base in ("convolution_backward_overrideable", "convolution_backward"):
         return _conv_backward(spec, inputs, outputs, groups)
     present = [o for o in outputs if o is not None]
+    if (base in _BN_TRAINING or base in _BN_BACKWARD) and inputs and len(inputs[0].shape) >= 2:
+        return _batch_norm(spec, base, inputs, present)
     nbytes = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in present)
     elements = max((t.numel for t in (*present, *inputs)), default=0)
     aicpu = _runs_on_aicpu(base, inputs, present)

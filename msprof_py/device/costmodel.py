@@ -108,27 +108,51 @@ class GemmTiling:
     block_cycles: float
 
 
+#: base-tile edges the tiling tries (multiples of the 16-wide fractal)
+_TILE_EDGES = (16, 32, 64, 128, 256, 512, 1024)
+
+
 def gemm_tiling(
     spec: DeviceSpec, m: int, n: int, k: int, *, batch: int = 1, dtype: str = "float16"
 ) -> GemmTiling:
     """Tile a (m x k) @ (k x n) GEMM (``batch`` of them) for the cube cores.
 
-    Each block computes one ``tile_m x tile_n`` output tile (the base tile, shrunk to the
-    fractal-padded output when that is smaller). When there are fewer tiles than cube cores
-    and K is long, K is split across cores (split-K, slices of at least ``min_split_k``) and
-    the partial sums are reduced. One K step of a block costs the slowest of its pipes, which
-    double buffering overlaps: MMAD ``(tile_m/m0)(tile_n/n0)`` cycles, MTE1 loading the A and B
+    Each block computes one ``tile_m x tile_n`` output tile. The tiling tries every tile
+    whose fp32 accumulator fits L0C (the preset's ``base_tile_m x base_tile_n`` among them),
+    shrunk to the fractal-padded output when that is smaller, and keeps the fastest, as CANN's
+    MatMul tiling searches its candidates. When there are fewer tiles than cube cores and K is
+    long, K is split across cores (split-K, slices of at least ``min_split_k``) and the partial
+    sums are reduced. One K step of a block costs the slowest of its pipes, which double
+    buffering overlaps: MMAD ``(tile_m/m0)(tile_n/n0)`` cycles, MTE1 loading the A and B
     slices into L0A/L0B, and MTE2 streaming them from L2 at one core's share of the L2
-    bandwidth (less when a row is not 512 B-aligned). A block costs its K steps over the
-    MMAD efficiency plus a fixed overhead (pipeline fill, FixPipe write-out); blocks run in
+    bandwidth (less when a row is not 512 B-aligned). A block costs its K steps over the MMAD
+    efficiency plus a fixed overhead (pipeline fill, FixPipe write-out); blocks run in
     ``ceil(blocks / cores)`` waves, so one tile more than a multiple of the cores costs a wave.
     """
     cube = spec.cube
-    compute = cube_dtype(spec, dtype)
-    m0, k0, n0 = spec.cube_fractal(compute)
+    m0, _, n0 = spec.cube_fractal(cube_dtype(spec, dtype))
+    mp, np_ = _ceil_to(max(m, 1), m0), _ceil_to(max(n, 1), n0)
+    budget = spec.buffers.l0c_bytes
+    shapes = {(min(cube.base_tile_m, mp), min(cube.base_tile_n, np_))}
+    for tm in _TILE_EDGES:
+        for tn in _TILE_EDGES:
+            if tm * tn * 4 <= budget and tm % m0 == 0 and tn % n0 == 0:
+                shapes.add((min(tm, mp), min(tn, np_)))
+    best: GemmTiling | None = None
+    for tm, tn in sorted(shapes):
+        cand = _tiling(spec, m, n, k, batch, dtype, tm, tn)
+        if best is None or cand.waves * cand.block_cycles < best.waves * best.block_cycles:
+            best = cand
+    assert best is not None
+    return best
+
+
+def _tiling(
+    spec: DeviceSpec, m: int, n: int, k: int, batch: int, dtype: str, tile_m: int, tile_n: int
+) -> GemmTiling:
+    cube = spec.cube
+    m0, k0, n0 = spec.cube_fractal(cube_dtype(spec, dtype))
     in_size = itemsize(dtype)
-    tile_m = min(cube.base_tile_m, _ceil_to(max(m, 1), m0))
-    tile_n = min(cube.base_tile_n, _ceil_to(max(n, 1), n0))
     tiles = batch * math.ceil(m / tile_m) * math.ceil(n / tile_n)
     kp = _ceil_to(k, k0)
     split = 1
