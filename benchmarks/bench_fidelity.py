@@ -19,9 +19,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 ANCHORS = HERE / "fidelity_anchors.toml"
@@ -79,8 +80,12 @@ def run_8p(case: dict[str, Any]) -> dict[str, Any]:
         torchrun = Path(sys.executable).parent / "torchrun"
         cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", str(script)]
         subprocess.run(
-            [*cmd, json.dumps(case), tmp], env=_env(), check=True, cwd=HERE.parent,
-            capture_output=True, text=True,
+            [*cmd, json.dumps(case), tmp],
+            env=_env(),
+            check=True,
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
         )
         per_rank = [json.loads((Path(tmp) / f"rank{r}.json").read_text()) for r in range(ranks)]
     single = run_case({**case, "kind": "resnet50"})

@@ -65,7 +65,9 @@ def h2d(case: dict[str, Any]) -> dict[str, Any]:
     npu = msprof_py.adapter.install(numerics="none", device=case["preset"])
     host = torch.empty(64 << 20, dtype=torch.float32).pin_memory()
     copies: list[Any] = []
-    npu.subscribe(lambda r: copies.append(r) if getattr(r, "kind", None) is TaskKind.MEMCPY else None)
+    npu.subscribe(
+        lambda r: copies.append(r) if getattr(r, "kind", None) is TaskKind.MEMCPY else None
+    )
     host.to("npu", non_blocking=True)
     torch.npu.synchronize()
     task = copies[-1]

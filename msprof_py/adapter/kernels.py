@@ -246,6 +246,10 @@ def register() -> None:
     backward = aten.convolution_backward_overrideable.default
     backend.plan_of(forward).host_call = _conv_forward
     backend.plan_of(backward).host_call = _conv_backward
+    from msprof_py.adapter import meta_shapes
+
+    for op, shape_fn in meta_shapes.FAST.items():
+        backend.plan_of(op).meta_call = shape_fn
     impl.impl("convolution_overrideable", backend.whole_op_kernel(forward), "PrivateUse1")
     impl.impl("convolution_backward_overrideable", backend.whole_op_kernel(backward), "PrivateUse1")
 

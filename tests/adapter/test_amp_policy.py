@@ -198,7 +198,7 @@ def test_same_ops_as_cuda_autocast(cuda_policy: tuple[dict[str, str], set[str]])
 
 
 def test_same_category_as_cuda_autocast(cuda_policy: tuple[dict[str, str], set[str]]) -> None:
-    categories, unprobed = cuda_policy
+    categories, _unprobed = cuda_policy
     ours = npu_policy()
     assert len(categories) >= 80  # most ops are probed; the rest are checked for membership
     mismatched = {
