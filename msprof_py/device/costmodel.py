@@ -238,7 +238,8 @@ def matmul_cost(
     sched = spec.dispatch.device_sched_ns
     return KernelCost(
         task_type=task_type,
-        block_dim=bd,
+        # CANN's MatMul launches at most one block per cube core and loops over its tiles
+        block_dim=min(bd, cores) if block_dim is None else bd,
         duration_ns=sched + round(max(cube, vector, memory)),
         sched_ns=sched,
         cube_ns=cube,

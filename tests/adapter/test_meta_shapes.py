@@ -57,3 +57,19 @@ def test_a_dtype_cast_keeps_nc1hwc0(npu: SimulatedNpu) -> None:
     # the Cast moves the padded bytes: C = 16 is one C0 block of 8 (fp32) twice; fp16 C0 = 16
     cast = next(t for t in log.tasks if t.op_type == "Cast")
     assert cast.bytes == 2 * 16 * 4 * 4 * 4 + 2 * 16 * 4 * 4 * 2
+
+
+def test_bf16_matmul_on_the_910a_is_refused_and_int_matmul_costs_its_flops() -> None:
+    from msprof_py.adapter.opcost import TensorInfo, UnsupportedDtypeError, op_tasks
+    from msprof_py.device.spec import DeviceSpec
+
+    a910 = DeviceSpec.preset("ascend910a")
+    bf16 = [TensorInfo((64, 64), torch.bfloat16)] * 2
+    with pytest.raises(UnsupportedDtypeError, match="bfloat16 is not supported on Ascend910A"):
+        op_tasks(a910, "mm", bf16, [TensorInfo((64, 64), torch.bfloat16)])
+    assert op_tasks(DeviceSpec.preset("ascend910b"), "mm", bf16, [bf16[0]])[0].op_type == "MatMul"
+    # an int32 matmul has no cube fractal: AI CPU, costed by its 2mnk FLOPs
+    ints = [TensorInfo((256, 256), torch.int32)] * 2
+    (kernel,) = op_tasks(a910, "mm", ints, [TensorInfo((256, 256), torch.int32)])
+    assert kernel.cost.task_type.value == "AI_CPU"
+    assert kernel.cost.duration_ns == 30_000 + round(2 * 256**3 / 4e9 * 1e9)

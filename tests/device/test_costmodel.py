@@ -26,7 +26,7 @@ def test_4096_cubed_fp16_matmul() -> None:
     tiling = costmodel.gemm_tiling(B910, 4096, 4096, 4096, dtype="float16")
     # 128x256 tiles: 32 x 16 = 512 tiles on 24 cores = 22 waves (the last one a third full)
     assert (tiling.tile_m * tiling.tile_n, tiling.tiles, tiling.split_k) == (128 * 256, 512, 1)
-    assert cost.block_dim == 512 and cost.waves == 22
+    assert cost.block_dim == 24 and cost.waves == 22  # one block per core, 22 tiles each
     # one K step: MMAD 8 x 16 = 128 cycles; MTE2 (128 + 256) x 16 x 2 B / 109.95 = 111.8: MMAD
     assert tiling.step_cycles == 128
     block = 256 * 128 / EFF + BLOCK  # 256 K steps = 36,499.0 cycles
@@ -66,7 +66,7 @@ def test_one_tile_more_than_the_cores_costs_a_second_wave() -> None:
     small = 256 * (256 * 32 / FEED) / EFF + BLOCK
     cost_25 = costmodel.matmul_cost(B910, 128 * 5, 256 * 5, k)
     assert 3 * small < 2 * big
-    assert (cost_25.block_dim, cost_25.waves) == (50, 3)
+    assert (cost_25.block_dim, cost_25.waves) == (24, 3)
     assert cost_25.cube_ns == pytest.approx(3 * small / CLOCK * 1e9)
     # either way the 25th tile costs far more than 1/24 more time
     assert cost_25.cube_ns > 1.5 * cost_24.cube_ns
