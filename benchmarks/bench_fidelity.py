@@ -77,8 +77,9 @@ def run_8p(case: dict[str, Any]) -> dict[str, Any]:
             "    json.dump(res, f)\n",
             encoding="utf-8",
         )
-        torchrun = Path(sys.executable).parent / "torchrun"
-        cmd = [str(torchrun), "--standalone", f"--nproc-per-node={ranks}", str(script)]
+        exe = Path(sys.executable).parent / "torchrun"
+        torchrun = [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
+        cmd = [*torchrun, "--standalone", f"--nproc-per-node={ranks}", str(script)]
         subprocess.run(
             [*cmd, json.dumps(case), tmp],
             env=_env(),
