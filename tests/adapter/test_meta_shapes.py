@@ -73,3 +73,14 @@ def test_bf16_matmul_on_the_910a_is_refused_and_int_matmul_costs_its_flops() -> 
     (kernel,) = op_tasks(a910, "mm", ints, [TensorInfo((256, 256), torch.int32)])
     assert kernel.cost.task_type.value == "AI_CPU"
     assert kernel.cost.duration_ns == 30_000 + round(2 * 256**3 / 4e9 * 1e9)
+
+
+def test_fusion_attention_is_gated_to_a2_class_chips() -> None:
+    from msprof_py.adapter.torch_npu.fused import require_a2
+    from msprof_py.device.spec import DeviceSpec
+
+    require_a2(DeviceSpec.preset("ascend910b"), "npu_fusion_attention")  # A2: accepted
+    for name in ("ascend910a", "ascend310p"):
+        spec = DeviceSpec.preset(name)
+        with pytest.raises(RuntimeError, match=f"only on Atlas A2/A3.*{spec.soc_version}"):
+            require_a2(spec, "npu_fusion_attention")
