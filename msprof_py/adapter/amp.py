@@ -5,8 +5,10 @@ torch 2.13 registers no autocast kernels for PrivateUse1, so the backend brings 
 float32, ops in :data:`PROMOTE` in the widest floating dtype among their inputs. Each kernel
 casts the npu floating-point inputs (a ``Cast`` task on the device) and calls the op below the
 autocast key; casts of weights (leaf tensors that require grad) are cached for the autocast
-region, as torch does. The policy follows ``torch.autocast("cuda")``, except for the recurrent
-ops, which follow ``torch.autocast("cpu")`` (see :mod:`msprof_py.adapter.host_ops`).
+region, as torch does. The policy is ``torch.autocast("cuda")``'s op for op (a test compares it
+with torch's own AutocastCUDA kernels), except for the recurrent ops, which follow
+``torch.autocast("cpu")`` (see :mod:`msprof_py.adapter.host_ops`). ``batch_norm`` is not in
+it, so BatchNorm runs in its input's dtype, as on CUDA.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ LOWER_PRECISION = (
     "chain_matmul",
     "linalg_multi_dot",
     "scaled_dot_product_attention",
+    "_scaled_dot_product_flash_attention",
+    "cudnn_convolution",
+    "cudnn_convolution_transpose",
 )
 # The recurrent ops (cells included) are absent on purpose: they run whole on the host
 # (msprof_py.adapter.host_ops) under CPU autocast, so their dtypes and values are what
@@ -96,15 +101,30 @@ FP32 = (
     "logsumexp",
     "softmax",
     "log_softmax",
-    "cross_entropy_loss",
     "cumprod",
     "cumsum",
     "prod",
     "sum",
     "norm",
     "rms_norm",
-    "batch_norm",
+    "upsample_nearest1d",
+    "_upsample_nearest_exact1d",
+    "upsample_nearest2d",
+    "_upsample_nearest_exact2d",
+    "upsample_nearest3d",
+    "_upsample_nearest_exact3d",
+    "upsample_linear1d",
+    "upsample_bilinear2d",
+    "_upsample_bilinear2d_aa",
+    "upsample_trilinear3d",
+    "upsample_bicubic2d",
+    "_upsample_bicubic2d_aa",
+    "linalg_vector_norm",
+    "linalg_matrix_norm",
+    "binary_cross_entropy_with_logits",
 )
+# batch_norm is absent on purpose, as in torch.autocast("cuda"): it runs in its input's dtype
+# (fp16 activations stay fp16; the kernel keeps fp32 statistics and parameters internally).
 #: ops that run in the widest floating dtype of their inputs
 PROMOTE = (
     "addcdiv",
@@ -113,12 +133,17 @@ PROMOTE = (
     "bilinear",
     "cross",
     "dot",
+    "vdot",
     "grid_sampler",
     "index_put",
     "scatter_add",
     "tensordot",
-    "cat",
-    "stack",
+)
+#: ops autocast refuses, as torch.autocast("cuda") does (unsafe in fp16)
+BANNED = ("binary_cross_entropy",)
+_BANNED_MESSAGE = (
+    "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast; "
+    "use torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss"
 )
 
 _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
@@ -173,8 +198,16 @@ def _widest(values: Any) -> torch.dtype | None:
 def _kernel(
     op: torch._ops.OpOverload, target: Callable[[tuple, dict], torch.dtype | None]
 ) -> Callable[..., Any]:
+    names = [a.name for a in op._schema.arguments]
+    dtype_at = names.index("dtype") if "dtype" in names else -1
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        dtype = target(args, kwargs)
+        explicit = kwargs.get("dtype")
+        if explicit is None and 0 <= dtype_at < len(args):
+            explicit = args[dtype_at]
+        # an fp32 op given an explicit output dtype runs in that dtype (CUDA's
+        # fp32_set_opt_dtype): log_softmax(x, 1, dtype=torch.float16) stays fp16
+        dtype = None if target is _fp32 and explicit is not None else target(args, kwargs)
         with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
             if dtype is not None:
                 args = tuple(_cast(a, dtype) for a in args)
@@ -184,12 +217,19 @@ def _kernel(
     return kernel
 
 
+def _banned(op: torch._ops.OpOverload) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(_BANNED_MESSAGE)
+
+    return kernel
+
+
 def _lower(args: tuple, kwargs: dict) -> torch.dtype:
     return torch.get_autocast_dtype("npu")
 
 
 def _fp32(args: tuple, kwargs: dict) -> torch.dtype | None:
-    return None if kwargs.get("dtype") is not None else torch.float32
+    return torch.float32
 
 
 def _promote(args: tuple, kwargs: dict) -> torch.dtype | None:
@@ -215,7 +255,8 @@ def register() -> None:
     """Register the policy kernels on AutocastPrivateUse1 (once per process)."""
     library = torch.library.Library("aten", "IMPL")
     _LIBRARY.append(library)
-    for names, target in ((LOWER_PRECISION, _lower), (FP32, _fp32), (PROMOTE, _promote)):
+    policy = ((LOWER_PRECISION, _lower), (FP32, _fp32), (PROMOTE, _promote), (BANNED, None))
+    for names, target in policy:
         for name in names:
             packet = getattr(aten, name, None)
             if packet is None:
@@ -230,9 +271,9 @@ def register() -> None:
                     continue
                 if taken:
                     continue  # torch's own (conv1d.padding): keep it
-                library.impl(
-                    qualified, _kernel(getattr(packet, overload), target), "AutocastPrivateUse1"
-                )
+                op = getattr(packet, overload)
+                kernel = _banned(op) if target is None else _kernel(op, target)
+                library.impl(qualified, kernel, "AutocastPrivateUse1")
     _patch_clear_autocast_cache()
 
 

@@ -63,6 +63,8 @@ class OpPlan:
     #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python scalars)
     tensor_args: tuple[int, ...] = ()
     host_call: Callable[..., Any] | None = None
+    #: shapes-only replacement for a slow meta kernel (see :mod:`msprof_py.adapter.meta_shapes`)
+    meta_call: Callable[..., Any] | None = None
     # what the op's name implies for formats and costs, looked up once instead of per call
     #: the op may take CPU index tensors alongside npu tensors
     cpu_index_ok: bool = False
@@ -208,6 +210,8 @@ def _rewrap_numbers(plan: OpPlan, args: tuple, meta: bool) -> tuple:
 
 def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
     call = plan.host_call or plan.op
+    if state.meta and plan.meta_call is not None and not kwargs:
+        call = plan.meta_call
     try:
         return call(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as exc:

@@ -16,6 +16,7 @@ from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.adapter.tensors import host_view, set_storage_format, storage_format
 from msprof_py.device import CopyKind, costmodel
+from msprof_py.device.formats import storage_bytes
 
 
 def is_pinned_host(t: torch.Tensor) -> bool:
@@ -23,8 +24,15 @@ def is_pinned_host(t: torch.Tensor) -> bool:
     return bool(getattr(t.untyped_storage(), "_msprof_pinned", False))
 
 
+def _stored_bytes(t: torch.Tensor) -> int:
+    fmt = storage_format(t)
+    if fmt is not None and fmt[1] == tuple(t.shape):
+        return storage_bytes(fmt[1], dtype_name(t.dtype), fmt[0])
+    return t.numel() * t.element_size()
+
+
 def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_type: str) -> None:
-    nbytes = src.numel() * src.element_size() + dst.numel() * dst.element_size()
+    nbytes = _stored_bytes(src) + _stored_bytes(dst)
     cost = costmodel.vector_cost(
         state.npu.spec, elements=dst.numel(), dtype=dtype_name(dst.dtype), bytes_moved=nbytes
     )

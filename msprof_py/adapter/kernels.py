@@ -6,8 +6,16 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import backend, copies, runtime, shapes_only
-from msprof_py.adapter.tensors import host_view, new_tensor
+from msprof_py.adapter import backend, copies, formats, runtime, shapes_only
+from msprof_py.adapter.opcost import dtype_name
+from msprof_py.adapter.tensors import (
+    hold_device_bytes,
+    host_view,
+    new_tensor,
+    set_storage_format,
+    storage_format,
+)
+from msprof_py.device.formats import storage_bytes
 
 aten = torch.ops.aten
 _PLAIN_FORMATS = (torch.contiguous_format, torch.preserve_format)
@@ -78,11 +86,26 @@ def to_copy(
     dtype = dtype or own_dtype
     if target.type == "npu":
         dst = torch.empty(shape, dtype=dtype, device="npu")
+        _keep_private_format(self, dst)
     else:
         dst = torch.empty(shape, dtype=dtype, device=target)
         if non_blocking or pin_memory:
             dst.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
     return copies.copy(self, dst, non_blocking)
+
+
+def _keep_private_format(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """A dtype cast on the device keeps a private format (NC1HWC0 stays NC1HWC0): the Cast
+    kernel writes ``dst`` in ``src``'s layout, so no TransData back to ND is needed."""
+    if src.device.type != "npu" or src.dtype == dst.dtype:
+        return
+    fmt = storage_format(src)
+    if fmt is None or fmt[1] != tuple(dst.shape) or not formats.private_allowed(dst):
+        return
+    state = runtime.state()
+    set_storage_format(dst, fmt[0], fmt[1])
+    nbytes = storage_bytes(fmt[1], dtype_name(dst.dtype), fmt[0])
+    hold_device_bytes(dst, nbytes, state, "Cast")
 
 
 def local_scalar_dense(self: torch.Tensor) -> Any:
@@ -223,6 +246,10 @@ def register() -> None:
     backward = aten.convolution_backward_overrideable.default
     backend.plan_of(forward).host_call = _conv_forward
     backend.plan_of(backward).host_call = _conv_backward
+    from msprof_py.adapter import meta_shapes
+
+    for op, shape_fn in meta_shapes.FAST.items():
+        backend.plan_of(op).meta_call = shape_fn
     impl.impl("convolution_overrideable", backend.whole_op_kernel(forward), "PrivateUse1")
     impl.impl("convolution_backward_overrideable", backend.whole_op_kernel(backward), "PrivateUse1")
 

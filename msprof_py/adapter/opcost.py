@@ -317,6 +317,60 @@ def _conv_backward(
     return kernels
 
 
+#: training batch norm runs as two CANN kernels each way, each reading the activation once:
+#: forward BNTrainingReduce (per-channel sum and sum of squares) then BNTrainingUpdate
+#: (normalise, scale, shift, running stats); backward BNTrainingUpdateGrad (per-channel
+#: sums of dy and dy * x_hat) then BNTrainingReduceGrad (dx)
+_BN_TRAINING = frozenset({"native_batch_norm", "_native_batch_norm_legit"})
+_BN_BACKWARD = frozenset({"native_batch_norm_backward"})
+
+
+def _batch_norm(
+    spec: DeviceSpec, base: str, inputs: Sequence[TensorInfo], outputs: Sequence[TensorInfo]
+) -> list[PlannedKernel]:
+    x = inputs[0] if base in _BN_TRAINING else inputs[1]
+    act = x.nbytes
+    dtype = x.dtype_name
+    channels = x.shape[1] if len(x.shape) > 1 else 1
+    stats = 2 * channels * 4
+    if base in _BN_TRAINING:  # x -> sums; x, sums -> y (+ saved mean / rstd)
+        steps = (("BNTrainingReduce", act + stats, 2), ("BNTrainingUpdate", 2 * act, 4))
+    else:  # dy, x -> sums; dy, x, sums -> dx
+        steps = (
+            ("BNTrainingUpdateGrad", 2 * act + stats, 3),
+            ("BNTrainingReduceGrad", 3 * act, 4),
+        )
+    kernels = []
+    for op_type, traffic, ops in steps:
+        cost = costmodel.vector_cost(
+            spec, elements=x.numel, dtype=dtype, bytes_moved=traffic, ops_per_element=ops
+        )
+        kernels.append(PlannedKernel(op_type, cost))
+    return kernels
+
+
+class UnsupportedDtypeError(RuntimeError):
+    """torch_npu rejects this dtype on this chip (bf16 on a 910A / 310P cube)."""
+
+
+_CUBE_OPS = frozenset(
+    {"mm", "bmm", "addmm", "baddbmm", "addbmm", "convolution_overrideable", "convolution"}
+    | {"convolution_backward_overrideable", "convolution_backward"}
+)
+
+
+def _check_cube_dtype(spec: DeviceSpec, base: str, inputs: Sequence[TensorInfo]) -> None:
+    """Raise as torch_npu does for a cube op in a dtype the chip lacks (bf16 before A2)."""
+    if base not in _CUBE_OPS:
+        return
+    for t in inputs:
+        if t.dtype == torch.bfloat16 and "bfloat16" not in spec.cube.fractal:
+            raise UnsupportedDtypeError(
+                f"{op_type_of(base)}: dtype torch.bfloat16 is not supported on "
+                f"{spec.soc_version} (its AI Core has no bf16 cube; use float16)"
+            )
+
+
 def op_tasks(
     spec: DeviceSpec,
     base: str,
@@ -324,22 +378,36 @@ def op_tasks(
     outputs: Sequence[TensorInfo | None],
     groups: int = 1,
 ) -> list[PlannedKernel]:
-    """The kernels ATen op ``base`` launches for these inputs and outputs."""
+    """The kernels ATen op ``base`` launches for these inputs and outputs.
+
+    A cube op in bf16 on a chip without a bf16 cube raises :class:`UnsupportedDtypeError`, as
+    torch_npu does on a 910A, instead of falling back to the AI CPU.
+    """
+    _check_cube_dtype(spec, base, inputs)
     if base in ("convolution_overrideable", "convolution"):
         return _conv(spec, inputs, [o for o in outputs if o is not None], groups)
     if base in ("convolution_backward_overrideable", "convolution_backward"):
         return _conv_backward(spec, inputs, outputs, groups)
     present = [o for o in outputs if o is not None]
+    if (base in _BN_TRAINING or base in _BN_BACKWARD) and inputs and len(inputs[0].shape) >= 2:
+        return _batch_norm(spec, base, inputs, present)
     nbytes = sum(t.nbytes for t in inputs) + sum(t.nbytes for t in present)
     elements = max((t.numel for t in (*present, *inputs)), default=0)
     aicpu = _runs_on_aicpu(base, inputs, present)
-    if base in ("mm", "bmm", "addmm", "baddbmm", "addbmm") and present and not aicpu:
+    flops = None
+    if base in ("mm", "bmm", "addmm", "baddbmm", "addbmm") and present:
         try:
-            return [PlannedKernel(op_type_of(base), _matmul(spec, base, inputs, present))]
+            if not aicpu:
+                return [PlannedKernel(op_type_of(base), _matmul(spec, base, inputs, present))]
         except SpecError:  # a dtype the cube cannot multiply (int32 ...): AI CPU
             aicpu = True
+        if aicpu:  # the AI CPU does the matmul's 2mnk FLOPs
+            a = inputs[1] if base in ("addmm", "baddbmm", "addbmm") else inputs[0]
+            flops = 2.0 * present[0].numel * (a.shape[-1] if a.shape else 1)
+            if base == "addbmm":
+                flops *= a.shape[0]
     if aicpu:
-        cost = costmodel.aicpu_cost(spec, elements=elements, bytes_moved=nbytes)
+        cost = costmodel.aicpu_cost(spec, elements=elements, bytes_moved=nbytes, flops=flops)
         return [PlannedKernel(op_type_of(base), cost)]
     dtype = (present or inputs)[0].dtype_name if (present or inputs) else "float32"
     ops = VECTOR_OPS_PER_ELEMENT.get(functional_name(base), 1)

@@ -85,7 +85,7 @@ def peak_rates(spec: DeviceSpec, task_type: str, dtype: str) -> tuple[float, flo
             peak = spec.vector_peak_ops(dtype or "float32")
             return peak, peak * spec.vector.efficiency
         if task_type in AICPU_TYPES:
-            return spec.aicpu.elements_per_s, spec.aicpu.elements_per_s
+            return spec.aicpu.flops_per_s, spec.aicpu.flops_per_s
     except (SpecError, ValueError, KeyError):
         pass
     return float("nan"), float("nan")

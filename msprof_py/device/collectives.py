@@ -110,6 +110,9 @@ class LinkParams:
     alpha_s: float
     beta_s_per_byte: float
     gamma_s_per_byte: float
+    #: peer links a rank drives at once (0: as many as the algorithm wants); a mesh over more
+    #: peers than links sends its shares in ``ceil((p - 1) / links)`` rounds
+    links: int = 0
 
     def __post_init__(self) -> None:
         if min(self.alpha_s, self.beta_s_per_byte, self.gamma_s_per_byte) < 0:
@@ -122,7 +125,8 @@ def link_params(hccl: HcclSpec, *, inter: bool) -> LinkParams:
         alpha_ns, bandwidth = hccl.inter_alpha_ns, hccl.inter_bandwidth
     else:
         alpha_ns, bandwidth = hccl.intra_alpha_ns, hccl.intra_link_bandwidth
-    return LinkParams(alpha_ns * 1e-9, 1.0 / bandwidth, 1.0 / hccl.reduce_bandwidth)
+    links = 0 if inter else hccl.intra_links
+    return LinkParams(alpha_ns * 1e-9, 1.0 / bandwidth, 1.0 / hccl.reduce_bandwidth, links)
 
 
 def _steps(algorithm: Algorithm, p: int) -> int:
@@ -156,6 +160,8 @@ def collective_seconds(
     steps = _steps(algorithm, p)
     # bytes each rank sends in one reduce-scatter or all-gather phase (over its busiest link)
     share = n_bytes / p if algorithm is Algorithm.MESH else n_bytes * (p - 1) / p
+    if algorithm is Algorithm.MESH and link.links:
+        share *= -(-(p - 1) // link.links)  # rounds when there are fewer links than peers
     reduced = n_bytes * (p - 1) / p
     gather = steps * alpha + share * beta
     if op is CollectiveOp.ALL_GATHER:

@@ -1,11 +1,12 @@
 """How long a task takes on the simulated device: roofline kernels, copies and TransData.
 
 Kernel time = device scheduling overhead + max(cube time, vector time, memory time)
-(reference: shared/reference/npu-device-facts.md section 9). Each unit's time is
-``waves x (work / block_dim) / clock / efficiency`` with ``waves = ceil(block_dim / cores)``,
-so a kernel with one block more than there are cores takes two waves. Cube work is counted in
-fractal cycles with M, N and K padded to the fractal; vector work in 256-byte repeats; memory
-time is bytes over the lower of the achievable HBM bandwidth and what the launched cores can pull.
+(reference: shared/reference/npu-device-facts.md section 9). Vector time is
+``waves x (repeats / block_dim) / clock / efficiency`` with ``waves = ceil(block_dim / cores)``,
+so a kernel with one block more than there are cores takes two waves. Cube time comes from a
+tiling (:func:`gemm_tiling`): base tiles, split-K for narrow outputs, per-block pipe rates
+(MMAD, MTE1, MTE2 from L2), a fixed per-block overhead, and waves. Memory time is bytes over
+the lower of the achievable HBM bandwidth and what the launched cores can pull.
 """
 
 from __future__ import annotations
@@ -90,6 +91,99 @@ def cube_dtype(spec: DeviceSpec, dtype: str) -> str:
     return name
 
 
+@dataclass(frozen=True, slots=True)
+class GemmTiling:
+    """How a GEMM is cut into blocks: base tile, split-K factor, waves and per-block cycles."""
+
+    tile_m: int
+    tile_n: int
+    tiles: int
+    split_k: int
+    k_chunk: int
+    block_dim: int
+    waves: int
+    #: cycles of one K step (k0 of K) of one block: the slowest of MMAD, MTE1 and MTE2
+    step_cycles: float
+    #: cycles one block takes: K steps / efficiency + the fixed block overhead
+    block_cycles: float
+
+
+#: base-tile edges the tiling tries (multiples of the 16-wide fractal)
+_TILE_EDGES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def gemm_tiling(
+    spec: DeviceSpec, m: int, n: int, k: int, *, batch: int = 1, dtype: str = "float16"
+) -> GemmTiling:
+    """Tile a (m x k) @ (k x n) GEMM (``batch`` of them) for the cube cores.
+
+    Each block computes one ``tile_m x tile_n`` output tile. The tiling tries every tile
+    whose fp32 accumulator fits L0C (the preset's ``base_tile_m x base_tile_n`` among them),
+    shrunk to the fractal-padded output when that is smaller, and keeps the fastest, as CANN's
+    MatMul tiling searches its candidates. When there are fewer tiles than cube cores and K is
+    long, K is split across cores (split-K, slices of at least ``min_split_k``) and the partial
+    sums are reduced. One K step of a block costs the slowest of its pipes, which double
+    buffering overlaps: MMAD ``(tile_m/m0)(tile_n/n0)`` cycles, MTE1 loading the A and B
+    slices into L0A/L0B, and MTE2 streaming them from L2 at one core's share of the L2
+    bandwidth (less when a row is not 512 B-aligned). A block costs its K steps over the MMAD
+    efficiency plus a fixed overhead (pipeline fill, FixPipe write-out); blocks run in
+    ``ceil(blocks / cores)`` waves, so one tile more than a multiple of the cores costs a wave.
+    """
+    cube = spec.cube
+    m0, _, n0 = spec.cube_fractal(cube_dtype(spec, dtype))
+    mp, np_ = _ceil_to(max(m, 1), m0), _ceil_to(max(n, 1), n0)
+    budget = spec.buffers.l0c_bytes
+    shapes = {(min(cube.base_tile_m, mp), min(cube.base_tile_n, np_))}
+    for tm in _TILE_EDGES:
+        for tn in _TILE_EDGES:
+            if tm * tn * 4 <= budget and tm % m0 == 0 and tn % n0 == 0:
+                shapes.add((min(tm, mp), min(tn, np_)))
+    best: GemmTiling | None = None
+    for tm, tn in sorted(shapes):
+        cand = _tiling(spec, m, n, k, batch, dtype, tm, tn)
+        if best is None or cand.waves * cand.block_cycles < best.waves * best.block_cycles:
+            best = cand
+    assert best is not None
+    return best
+
+
+def _tiling(
+    spec: DeviceSpec, m: int, n: int, k: int, batch: int, dtype: str, tile_m: int, tile_n: int
+) -> GemmTiling:
+    cube = spec.cube
+    m0, k0, n0 = spec.cube_fractal(cube_dtype(spec, dtype))
+    in_size = itemsize(dtype)
+    tiles = batch * math.ceil(m / tile_m) * math.ceil(n / tile_n)
+    kp = _ceil_to(k, k0)
+    split = 1
+    if 0 < tiles < cube.cores:
+        split = max(1, min(cube.cores // tiles, kp // cube.min_split_k))
+    k_chunk = _ceil_to(math.ceil(kp / split), k0)
+    block_dim = max(1, tiles * split)
+    mac = (tile_m // m0) * (tile_n // n0)
+    slice_a = tile_m * k0 * in_size
+    slice_b = tile_n * k0 * in_size
+    mte1 = max(slice_a / cube.l0a_bytes_per_cycle, slice_b / cube.l0b_bytes_per_cycle)
+    feed = spec.memory.l2_bandwidth / cube.cores / cube.clock_hz
+    if (k * in_size) % _MIX_ALIGN_BYTES or (n * in_size) % _MIX_ALIGN_BYTES:
+        feed *= cube.unaligned_feed_efficiency
+    mte2 = (slice_a + slice_b) / feed
+    step = max(mac, mte1, mte2)
+    steps = k_chunk // k0 if tiles else 0
+    block_cycles = steps * step / cube.efficiency + (cube.block_overhead_cycles if steps else 0)
+    return GemmTiling(
+        tile_m=tile_m,
+        tile_n=tile_n,
+        tiles=tiles,
+        split_k=split,
+        k_chunk=k_chunk,
+        block_dim=block_dim,
+        waves=math.ceil(block_dim / cube.cores),
+        step_cycles=step,
+        block_cycles=block_cycles,
+    )
+
+
 def matmul_cost(
     spec: DeviceSpec,
     m: int,
@@ -103,11 +197,13 @@ def matmul_cost(
     bytes_moved: int | None = None,
     vector_elements: int = 0,
 ) -> KernelCost:
-    """Cost of ``batch`` matmuls of (m x k) @ (k x n) on the cube.
+    """Cost of ``batch`` matmuls of (m x k) @ (k x n) on the cube, tiled by :func:`gemm_tiling`.
 
     ``bytes_moved`` overrides the HBM traffic (default: both operands and the output, padded to
-    the fractal); ``vector_elements`` adds fused vector work (an epilogue such as bias + ReLU).
-    A long, unaligned K axis with more than 50 us of MAC time runs as a MIX_AIC task, as on A2.
+    the fractal); split-K adds its partial sums (fp32, written and read back once per slice).
+    ``vector_elements`` adds fused vector work (an epilogue such as bias + ReLU). A long,
+    unaligned K axis with more than 50 us of MAC time runs as a MIX_AIC task, as on A2.
+    ``block_dim`` forces the number of blocks (waves follow from it; the tiling is kept).
     """
     if min(m, n, k, batch) < 0:
         raise ValueError(f"negative matmul dimension: m={m} n={n} k={k} batch={batch}")
@@ -116,16 +212,24 @@ def matmul_cost(
     in_size = itemsize(dtype)
     out_size = itemsize(out_dtype or dtype)
     mp, kp, np_ = _ceil_to(m, m0), _ceil_to(k, k0), _ceil_to(n, n0)
-    cycles = batch * (mp // m0) * (np_ // n0) * (kp // k0)
-    tiles = batch * math.ceil(m / spec.cube.base_tile_m) * math.ceil(n / spec.cube.base_tile_n)
+    tiling = gemm_tiling(spec, m, n, k, batch=batch, dtype=dtype)
     cores = spec.cube.cores
-    bd = block_dim if block_dim is not None else max(1, min(cores, tiles))
-    cube = _unit_ns(cycles, bd, cores, spec.cube.clock_hz, spec.cube.efficiency) if cycles else 0.0
+    bd = tiling.block_dim if block_dim is None else block_dim
+    waves = math.ceil(bd / cores)
+    cube = 0.0
+    if mp and np_ and kp and batch:
+        if block_dim is None:
+            cube = waves * tiling.block_cycles / spec.cube.clock_hz * 1e9
+        else:  # forced blocks share the whole GEMM's blocks evenly
+            per_block = tiling.block_cycles * tiling.block_dim / bd
+            cube = waves * per_block / spec.cube.clock_hz * 1e9
     vector = 0.0
     if vector_elements:
         vector = _vector_ns(spec, vector_elements, out_dtype or dtype, 1.0, bd)
     if bytes_moved is None:
         bytes_moved = batch * ((mp * kp + kp * np_) * in_size + mp * np_ * out_size)
+    if tiling.split_k > 1:
+        bytes_moved += 2 * tiling.split_k * batch * mp * np_ * 4
     memory = _memory_ns(spec, bytes_moved, min(bd, cores))
     task_type = TaskType.AI_CORE
     k_unaligned = (k * in_size) % _MIX_ALIGN_BYTES != 0
@@ -134,13 +238,14 @@ def matmul_cost(
     sched = spec.dispatch.device_sched_ns
     return KernelCost(
         task_type=task_type,
-        block_dim=bd,
+        # CANN's MatMul launches at most one block per cube core and loops over its tiles
+        block_dim=min(bd, cores) if block_dim is None else bd,
         duration_ns=sched + round(max(cube, vector, memory)),
         sched_ns=sched,
         cube_ns=cube,
         vector_ns=vector,
         memory_ns=memory,
-        waves=math.ceil(bd / cores),
+        waves=waves,
         bound=bound_of(sched, cube, vector, memory),
         flops=2.0 * batch * m * n * k,
         bytes=bytes_moved,
@@ -194,11 +299,17 @@ def vector_cost(
 
 
 def aicpu_cost(
-    spec: DeviceSpec, *, elements: int, bytes_moved: int, flops: float = 0.0
+    spec: DeviceSpec, *, elements: int, bytes_moved: int, flops: float | None = None
 ) -> KernelCost:
-    """Cost of an op that falls back to one AI CPU core (int64/double variants, sort, nonzero)."""
+    """Cost of an op that falls back to one AI CPU core (int64/double variants, sort, nonzero).
+
+    The work is the slower of the op's arithmetic (``flops``, default one per element) at the
+    ARM core's FLOP rate and its traffic at the core's streaming rate, so an O(n^3) matmul
+    costs its 2mnk FLOPs, not its element count.
+    """
     cpu = spec.aicpu
-    work = elements / cpu.elements_per_s * 1e9
+    work_flops = float(elements) if flops is None else flops
+    work = max(work_flops / cpu.flops_per_s, bytes_moved / cpu.bytes_per_s) * 1e9
     return KernelCost(
         task_type=TaskType.AI_CPU,
         block_dim=1,
@@ -209,7 +320,7 @@ def aicpu_cost(
         memory_ns=0.0,
         waves=1,
         bound=Bound.AICPU,
-        flops=flops,
+        flops=work_flops,
         bytes=bytes_moved,
     )
 

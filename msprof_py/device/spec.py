@@ -44,9 +44,19 @@ class CubeSpec:
 
     cores: int
     clock_hz: float
+    #: steady-state MMAD issue efficiency inside a block's K loop (double-buffered pipes)
     efficiency: float
     base_tile_m: int
     base_tile_n: int
+    #: fixed cycles per block: pipeline fill (first operand slices) and the FixPipe write-out
+    block_overhead_cycles: int
+    #: the shortest K slice one core takes when a narrow-output GEMM splits its K axis
+    min_split_k: int
+    #: MTE2 feed efficiency when an operand's rows are not 512 B-aligned (unaligned bursts)
+    unaligned_feed_efficiency: float
+    #: MTE1 rates, L1 -> L0A and L1 -> L0B, in bytes per cycle
+    l0a_bytes_per_cycle: int
+    l0b_bytes_per_cycle: int
     #: dtype -> (m0, k0, n0): the fractal one cube core multiplies per cycle.
     fractal: Mapping[str, tuple[int, int, int]]
 
@@ -67,7 +77,10 @@ class AiCpuSpec:
     """AI CPU cores: the slow fallback engine for ops an AI Core does not run."""
 
     cores: int
-    elements_per_s: float
+    #: FLOP/s one AI CPU (ARM) core sustains on an op's arithmetic
+    flops_per_s: float
+    #: bytes/s one AI CPU core streams between HBM and its caches
+    bytes_per_s: float
     launch_overhead_ns: int
 
 
@@ -387,6 +400,11 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
             ("efficiency", "efficiency", _fraction),
             ("base_tile_m", "base_tile_m", _int(1)),
             ("base_tile_n", "base_tile_n", _int(1)),
+            ("block_overhead_cycles", "block_overhead_cycles", _int(0)),
+            ("min_split_k", "min_split_k", _int(1)),
+            ("unaligned_feed_efficiency", "unaligned_feed_efficiency", _fraction),
+            ("l0a_bytes_per_cycle", "l0a_bytes_per_cycle", _int(1)),
+            ("l0b_bytes_per_cycle", "l0b_bytes_per_cycle", _int(1)),
             ("fractal", "fractal", _fractal_table),
         ],
     ),
@@ -404,7 +422,8 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
         AiCpuSpec,
         [
             ("cores", "cores", _int(1)),
-            ("elements_per_s", "elements_per_s", _positive()),
+            ("flops_per_s", "flops_per_s", _positive()),
+            ("bytes_per_s", "bytes_per_s", _positive()),
             ("launch_overhead_us", "launch_overhead_ns", _us_to_ns),
         ],
     ),

@@ -352,3 +352,16 @@ def test_large_mesh_all_reduce_bus_bandwidth_below_links(hccl: HcclSpec) -> None
     cost = collective_cost(hccl, AR, 2**32, 8)
     peak = hccl.intra_links * hccl.intra_link_bandwidth
     assert 0.5 * peak < cost.bus_bandwidth < peak
+
+
+def test_a_mesh_with_fewer_links_than_peers_sends_in_rounds(hccl: HcclSpec) -> None:
+    import dataclasses
+
+    n = 64 * 2**20
+    full = collective_cost(hccl, AR, n, 8)  # 7 links for 7 peers: one round
+    three = collective_cost(dataclasses.replace(hccl, intra_links=3), AR, n, 8)
+    # all-reduce = 2 (alpha + rounds x n/p x beta) + (p-1)/p n gamma, rounds = ceil(7/3) = 3
+    beta, gamma = 1 / hccl.intra_link_bandwidth, 1 / hccl.reduce_bandwidth
+    alpha = hccl.intra_alpha_ns * 1e-9
+    assert full.duration_ns == round((2 * (alpha + n / 8 * beta) + 7 / 8 * n * gamma) * 1e9)
+    assert three.duration_ns == round((2 * (alpha + 3 * n / 8 * beta) + 7 / 8 * n * gamma) * 1e9)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from msprof_py.adapter.custom_ops import device_call, host, launch_kernel, state, wrap
-from msprof_py.adapter.opcost import dtype_name
+from msprof_py.adapter.opcost import dtype_name, is_a2_class
 from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
 from msprof_py.device.records import TaskType
 from msprof_py.device.spec import DeviceSpec
@@ -406,6 +406,15 @@ def _stat(t: torch.Tensor) -> torch.Tensor:
     return t.float().expand(*t.shape[:-1], _STAT_WIDTH).contiguous()
 
 
+def require_a2(spec: DeviceSpec, api: str) -> None:
+    """Raise as torch_npu does when a fused A2+ kernel is called on an earlier chip (910A)."""
+    if not is_a2_class(spec):
+        raise RuntimeError(
+            f"{api} is supported only on Atlas A2/A3 training products (Ascend910B, "
+            f"Ascend910_93); this device is {spec.soc_version}"
+        )
+
+
 def _describe(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -423,6 +432,7 @@ def _describe(
     sparse_mode: int,
 ) -> tuple[_Attention, int]:
     """Validate the arguments; return the call's description and ``numels``."""
+    require_a2(state().npu.spec, "npu_fusion_attention")
     if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         raise TypeError(
             f"npu_fusion_attention supports float16, bfloat16 and float32, not {query.dtype}"

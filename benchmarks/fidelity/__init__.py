@@ -1,0 +1,1 @@
+"""Model definitions and helpers for the fidelity benchmark (``benchmarks/bench_fidelity.py``)."""

@@ -1,0 +1,129 @@
+"""ResNet-50 v1.5 and BERT-Large, written for the fidelity benchmark.
+
+Own definitions (no torchvision), shaped as the published benchmarks run them: ResNet-50 v1.5
+puts the stride-2 of each downsampling bottleneck on the 3x3 convolution; BERT-Large has 24
+layers, hidden 1024, 16 heads, FFN 4096, vocab 30,522 and the two pre-training heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Bottleneck(nn.Module):
+    """1x1 -> 3x3 (stride here, v1.5) -> 1x1 with a projection shortcut when shapes change."""
+
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int) -> None:
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.down: nn.Module | None = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + identity)
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 v1.5 for 224 x 224 ImageNet (1,000 classes)."""
+
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        layers: list[nn.Module] = []
+        cin = 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                cin = width * Bottleneck.expansion
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class BertLayer(nn.Module):
+    """One post-LN transformer encoder layer (self-attention + GELU FFN)."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.ln1 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (h // self.heads) ** 0.5
+        ctx = torch.matmul(self.drop(torch.softmax(scores, dim=-1)), v)
+        ctx = ctx.transpose(1, 2).reshape(b, s, h)
+        x = self.ln1(x + self.drop(self.proj(ctx)))
+        y = self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(x))))
+        return self.ln2(x + self.drop(y))
+
+
+class BertLarge(nn.Module):
+    """BERT-Large with the masked-LM (tied decoder) and next-sentence heads."""
+
+    def __init__(
+        self, vocab: int = 30522, hidden: int = 1024, layers: int = 24, heads: int = 16
+    ) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(512, hidden)
+        self.typ = nn.Embedding(2, hidden)
+        self.ln = nn.LayerNorm(hidden)
+        self.layers = nn.ModuleList(BertLayer(hidden, heads, 4 * hidden) for _ in range(layers))
+        self.mlm_dense = nn.Linear(hidden, hidden)
+        self.mlm_ln = nn.LayerNorm(hidden)
+        self.mlm_bias = nn.Parameter(torch.zeros(vocab))
+        self.pooler = nn.Linear(hidden, hidden)
+        self.nsp = nn.Linear(hidden, 2)
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        types: torch.Tensor,
+        positions: torch.Tensor,
+        masked: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked-LM logits at the ``masked`` positions (``[batch, predictions]`` indices, as
+        BERT pre-training gathers them) and next-sentence logits."""
+        x = self.ln(self.tok(ids) + self.pos(positions) + self.typ(types))
+        for layer in self.layers:
+            x = layer(x)
+        index = masked.unsqueeze(-1).expand(-1, -1, x.shape[-1])
+        picked = torch.gather(x, 1, index)
+        h = self.mlm_ln(torch.nn.functional.gelu(self.mlm_dense(picked)))
+        logits = torch.matmul(h, self.tok.weight.t()) + self.mlm_bias
+        nsp = self.nsp(torch.tanh(self.pooler(x[:, 0])))
+        return logits, nsp
