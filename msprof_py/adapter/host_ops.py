@@ -33,6 +33,7 @@ from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from msprof_py.adapter import backend, runtime
+from msprof_py.adapter.custom_ops import device_call
 from msprof_py.adapter.tensors import adopt, hold_workspace, host_view, is_npu_device
 from msprof_py.device.costmodel import KernelCost
 from msprof_py.device.spec import DeviceSpec
@@ -190,7 +191,7 @@ class _HostFunction(torch.autograd.Function):
     def forward(ctx: Any, pending: _Pending, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:  # type: ignore[override]
         hop = pending.hop
         needs = ctx.needs_input_grad[1:]
-        with backend_call(hop.label, pending.args) as state:
+        with device_call(hop.label, pending.args) as state:
             leaves: list[torch.Tensor | None] = []
             hosted: list[torch.Tensor] = []
             for t, need in zip(tensors, needs, strict=True):
@@ -236,7 +237,7 @@ class _HostFunction(torch.autograd.Function):
         if not pairs or not wanted:
             return (None, *out)
         name = hop.label + "_backward"
-        with backend_call(name, ()) as state:
+        with device_call(name, ()) as state:
             found = torch.autograd.grad(
                 [r for r, _ in pairs],
                 wanted,
@@ -252,17 +253,6 @@ class _HostFunction(torch.autograd.Function):
                     out[i] = None if g is None else adopt(_own(g, keep), state, name)
             _launch(state, name, ctx.plan.backward)
         return (None, *out)
-
-
-@contextlib.contextmanager
-def backend_call(name: str, args: tuple) -> Iterator[runtime.AdapterState]:
-    """A call into the device named ``name`` (a host op for the collectors)."""
-    state = runtime.state()
-    state.enter(name, args)
-    try:
-        yield state
-    finally:
-        state.leave()
 
 
 def _plain(t: torch.Tensor) -> bool:
@@ -290,7 +280,7 @@ def run(hop: HostOp, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> An
     if grad:
         outputs = _HostFunction.apply(_Pending(hop, op, args, kwargs), *flat)
         return outputs[0] if single else tuple(outputs)
-    with backend_call(hop.label, args) as state:
+    with device_call(hop.label, args) as state:
         hosted = [host_view(t) if is_npu_device(t.device) else t for t in flat]
         host_args, host_kwargs = _rebuild(args, kwargs, hosted)
         with _host_autocast():

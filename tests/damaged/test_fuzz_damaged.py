@@ -203,14 +203,18 @@ def test_report_fuzzed(tmp_path: Path, pristine: dict[str, Path]) -> None:
     case()
 
 
+#: the slow runs: 1,000 cases each by default (MSPROF_FUZZ_LONG sets another count)
+LONG_RUN = settings(
+    max_examples=int(os.environ.get("MSPROF_FUZZ_LONG", 1000)),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
 @pytest.mark.slow
 def test_load_fuzzed_long(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
-    @settings(
-        max_examples=int(os.environ.get("MSPROF_FUZZ_LONG", 1000)),
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @LONG_RUN
     @given(m=mutations())
     def case(m: Mutation) -> None:
         _tally("load (long)", check_load(_case(tmp_path, pristine, m), expected["load"]))
@@ -220,12 +224,7 @@ def test_load_fuzzed_long(tmp_path: Path, pristine: dict[str, Path], expected: d
 
 @pytest.mark.slow
 def test_analyze_fuzzed_long(tmp_path: Path, pristine: dict[str, Path], expected: dict) -> None:
-    @settings(
-        max_examples=int(os.environ.get("MSPROF_FUZZ_LONG", 1000)),
-        deadline=None,
-        database=None,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    )
+    @LONG_RUN
     @given(m=mutations())
     def case(m: Mutation) -> None:
         run = _case(tmp_path, pristine, m)
