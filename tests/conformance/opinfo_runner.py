@@ -1,0 +1,507 @@
+"""Run PyTorch's own OpInfo database on the npu backend and compare it with CPU, bitwise.
+
+For one OpInfo and one dtype, every sample input runs forward on CPU and on npu (the sample is
+moved over with its structure and memory layout: tensors in the input, args, kwargs and nested
+lists keep their sizes, strides and storage offsets), and the results are compared bitwise:
+same type, dtype, shape and values, NaN at the same positions, for every element of tuple and
+list outputs. For ops with ``supports_autograd`` the float32 samples also run backward: the
+gradient of the sum of the (differentiable) outputs with respect to every input that requires
+grad, through the OpInfo's own ``gradcheck_wrapper`` and ``output_process_fn_grad``.
+
+Random ops draw from one generator: ``torch.npu.manual_seed`` seeds the CPU default generator
+(see ``msprof_py/adapter/npu_module.py``), and the npu backend runs each op's CPU kernel on host
+views, so seeding before each side gives both the same numbers.
+
+Each (op, dtype, direction) gets a :class:`Verdict`: ``pass``, ``mismatch`` (with the max abs
+difference and the first differing index), ``error`` (one line) or ``skipped`` (with a reason).
+Known, reasoned differences live in ``known_differences.yaml`` next to this module.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+HERE = Path(__file__).resolve().parent
+KNOWN_DIFFERENCES = HERE / "known_differences.yaml"
+
+#: the dtypes checked forward: float32 and the low-precision dtypes autocast produces
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: for ops with none of FLOAT_DTYPES on CPU (bitwise ops, index builders ...): the first of these
+FALLBACK_DTYPES = (torch.int64, torch.int32, torch.bool, torch.uint8, torch.complex64)
+#: ops whose values are undefined (uninitialised memory): only metadata is compared
+UNDEFINED_VALUES = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
+VERDICTS = ("pass", "mismatch", "error", "skipped")
+SEED = 1234
+_ERROR_WIDTH = 240
+
+
+@dataclass(slots=True)
+class Verdict:
+    """The outcome of one op, dtype and direction over all its sample inputs."""
+
+    op: str
+    dtype: str
+    direction: str  # "forward" or "backward"
+    status: str  # one of VERDICTS
+    detail: str = ""
+    samples: int = 0
+    #: the reason from known_differences.yaml when this case is a listed difference
+    known: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        """``op/dtype/direction``, the name of this case."""
+        return f"{self.op}/{self.dtype}/{self.direction}"
+
+
+# ---- the database ------------------------------------------------------------------------
+
+
+@cache
+def op_db() -> dict[str, Any]:
+    """Every OpInfo of ``common_methods_invocations.op_db`` by its full name."""
+    from torch.testing._internal.common_methods_invocations import op_db as database
+
+    return {info.full_name: info for info in database}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def forward_dtypes(info: Any) -> tuple[torch.dtype, ...]:
+    """The dtypes an op is checked forward in (see FLOAT_DTYPES and FALLBACK_DTYPES)."""
+    supported = info.supported_dtypes("cpu")
+    if any(d in supported for d in FLOAT_DTYPES):
+        return FLOAT_DTYPES
+    for dtype in FALLBACK_DTYPES:
+        if dtype in supported:
+            return (dtype,)
+    return (torch.float32,)  # reported as skipped
+
+
+@cache
+def known_differences() -> dict[str, str]:
+    """``op/dtype/direction`` -> reason, from known_differences.yaml (``*`` matches any)."""
+    data = yaml.safe_load(KNOWN_DIFFERENCES.read_text(encoding="utf-8")) or {}
+    table: dict[str, str] = {}
+    for entry in data.get("differences", []):
+        key = f"{entry['op']}/{entry.get('dtype', '*')}/{entry.get('direction', '*')}"
+        table[key] = str(entry["reason"]).strip()
+    return table
+
+
+def known_reason(op: str, dtype: str, direction: str) -> str:
+    """The listed reason for this case, or ``""``."""
+    table = known_differences()
+    for d in (dtype, "*"):
+        for k in (direction, "*"):
+            reason = table.get(f"{op}/{d}/{k}")
+            if reason is not None:
+                return reason
+    return ""
+
+
+# ---- moving samples ----------------------------------------------------------------------
+
+
+def tree_map(fn: Callable[[Any], Any], value: Any) -> Any:
+    """Apply ``fn`` to every leaf of nested tuples, lists and dicts (keeping their types)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple) and not isinstance(value, torch.Size):
+        mapped = [tree_map(fn, v) for v in value]
+        return type(value)(*mapped) if hasattr(value, "_fields") else tuple(mapped)
+    if isinstance(value, list):
+        return [tree_map(fn, v) for v in value]
+    if isinstance(value, dict):
+        return {k: tree_map(fn, v) for k, v in value.items()}
+    return fn(value)
+
+
+def leaves(value: Any) -> Iterator[Any]:
+    """Every leaf of nested tuples, lists and dicts, in order."""
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        for v in value:
+            yield from leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v)
+    else:
+        yield value
+
+
+def tensor_to_npu(t: torch.Tensor) -> torch.Tensor:
+    """An npu copy of CPU tensor ``t`` with the same sizes, strides and storage offset."""
+    if t.layout != torch.strided:
+        raise Unsupported(f"{t.layout} input")
+    t = t.detach().resolve_conj().resolve_neg()
+    storage = t.untyped_storage()
+    count = storage.nbytes() // t.element_size()
+    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (count,), (1,)).to("npu")
+    moved = flat.as_strided(t.size(), t.stride(), t.storage_offset())
+    return moved
+
+
+def leaf_on_npu(t: torch.Tensor) -> torch.Tensor:
+    """:func:`tensor_to_npu`, a leaf requiring grad where ``t`` requires grad."""
+    moved = tensor_to_npu(t)
+    if t.requires_grad:
+        moved = moved.detach().requires_grad_(True)
+    return moved
+
+
+def _to_npu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return leaf_on_npu(value) if value.device.type == "cpu" else value
+    if isinstance(value, torch.device) and value.type == "cpu":
+        return torch.device("npu")
+    if isinstance(value, str) and value == "cpu":
+        return "npu"
+    if isinstance(value, torch.Generator):
+        raise Unsupported("explicit torch.Generator argument")
+    return value
+
+
+def sample_to_npu(sample: Any) -> tuple[Any, tuple, dict]:
+    """(input, args, kwargs) of ``sample`` on npu, structure and layout kept.
+
+    Raises :class:`Unsupported` for a sample with no tensor and no device to move (it would
+    run on CPU on both sides and test nothing).
+    """
+    moved = (
+        tree_map(_to_npu, sample.input),
+        tree_map(_to_npu, tuple(sample.args)),
+        tree_map(_to_npu, dict(sample.kwargs)),
+    )
+    if not any(_is_npu(leaf) for leaf in leaves(moved)):
+        raise Unsupported("nothing to put on npu (a sample without tensors or device)")
+    return moved
+
+
+def _is_npu(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "npu"
+    if isinstance(value, torch.device):
+        return value.type == "npu"
+    return isinstance(value, str) and value == "npu"
+
+
+def _clone(value: Any) -> Any:
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return value
+    # copy the whole storage so that overlapping and offset views keep their layout
+    storage = value.untyped_storage()
+    count = storage.nbytes() // value.element_size()
+    flat = torch.empty(0, dtype=value.dtype).set_(storage, 0, (count,), (1,)).clone()
+    copy = flat.as_strided(value.size(), value.stride(), value.storage_offset())
+    if value.is_conj():
+        copy = copy.conj()
+    if value.is_neg():
+        copy = copy._neg_view()
+    if value.requires_grad:
+        copy = copy.detach().requires_grad_(True)
+    return copy
+
+
+def sample_on_cpu(sample: Any) -> tuple[Any, tuple, dict]:
+    """(input, args, kwargs) of ``sample``, every tensor copied (ops may write their inputs)."""
+    return (
+        tree_map(_clone, sample.input),
+        tree_map(_clone, tuple(sample.args)),
+        tree_map(_clone, dict(sample.kwargs)),
+    )
+
+
+class Unsupported(Exception):
+    """The sample cannot be run on npu for a reason outside the backend (skipped)."""
+
+
+# ---- comparison --------------------------------------------------------------------------
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_BITS[t.element_size()])
+
+
+def _differing(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
+    """Bool mask of positions whose values differ (bitwise; NaN equals NaN)."""
+    if expected.is_complex():
+        e, a = torch.view_as_real(expected), torch.view_as_real(actual)
+        return _differing(e, a).any(-1)
+    if expected.is_floating_point():
+        same = (_bits(expected) == _bits(actual)) | (expected.isnan() & actual.isnan())
+        return ~same
+    return expected != actual
+
+
+def compare_tensors(expected: torch.Tensor, actual: torch.Tensor, where: str) -> str | None:
+    """``None`` when equal, else one line saying how they differ."""
+    if actual.device.type != "npu" and expected.device.type == "cpu":
+        return f"{where}: on {actual.device}, expected npu"
+    if expected.layout != torch.strided or actual.layout != torch.strided:
+        if expected.layout != actual.layout:
+            return f"{where}: layout {actual.layout}, expected {expected.layout}"
+        expected, actual = expected.to_dense(), actual.to_dense()
+    actual = actual.detach().cpu()
+    expected = expected.detach()
+    if actual.dtype != expected.dtype:
+        return f"{where}: dtype {dtype_name(actual.dtype)}, expected {dtype_name(expected.dtype)}"
+    if actual.shape != expected.shape:
+        return f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    expected, actual = expected.resolve_conj().resolve_neg(), actual.resolve_conj().resolve_neg()
+    if expected.dtype in (torch.complex32,):
+        expected, actual = expected.to(torch.complex64), actual.to(torch.complex64)
+    if expected.is_quantized:
+        expected, actual = expected.int_repr(), actual.int_repr()
+    mask = _differing(expected, actual)
+    if not bool(mask.any()):
+        return None
+    first = tuple(int(i) for i in mask.nonzero()[0].tolist())
+    count = int(mask.sum())
+    if expected.dtype == torch.bool:
+        diff = 1.0
+    else:
+        e = expected[mask].to(torch.complex128 if expected.is_complex() else torch.float64)
+        a = actual[mask].to(e.dtype)
+        gaps = (e - a).abs()
+        finite = gaps[~gaps.isnan()]
+        diff = float(finite.max()) if finite.numel() else math.nan
+    nans = " (NaN positions differ)" if math.isnan(diff) else ""
+    return (
+        f"{where}: {count}/{mask.numel()} values differ, max abs diff {diff:.3g}{nans}, "
+        f"first at {list(first)} (npu {_item(actual, first)}, cpu {_item(expected, first)})"
+    )
+
+
+def _item(t: torch.Tensor, index: tuple[int, ...]) -> Any:
+    return t[index].item() if index or t.dim() == 0 else t.item()
+
+
+def compare(expected: Any, actual: Any, where: str = "out", metadata_only: bool = False) -> str | None:
+    """Compare nested results; ``None`` when equal, else one line about the first difference."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return f"{where}: {type(actual).__name__}, expected a tensor"
+        if metadata_only:
+            if actual.dtype != expected.dtype or actual.shape != expected.shape:
+                return f"{where}: {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}{tuple(expected.shape)}"
+            return None
+        return compare_tensors(expected, actual, where)
+    if isinstance(expected, (tuple, list)) and not isinstance(expected, torch.Size):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            return f"{where}: {_describe(actual)}, expected {_describe(expected)}"
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            found = compare(e, a, f"{where}[{i}]", metadata_only)
+            if found:
+                return found
+        return None
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict) or set(actual) != set(expected):
+            return f"{where}: {_describe(actual)}, expected {_describe(expected)}"
+        for k in expected:
+            found = compare(expected[k], actual[k], f"{where}[{k!r}]", metadata_only)
+            if found:
+                return found
+        return None
+    if isinstance(expected, torch.device):
+        same = isinstance(actual, torch.device) and (actual.type == "npu") == (expected.type == "cpu")
+        return None if same else f"{where}: {actual!r}, expected the npu counterpart of {expected!r}"
+    if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected):
+        return None if math.isnan(actual) else f"{where}: {actual!r}, expected nan"
+    if type(actual) is not type(expected) or actual != expected:
+        return f"{where}: {actual!r}, expected {expected!r}"
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``, shortened."""
+    text = str(exc).strip().splitlines()
+    line = f"{type(exc).__name__}: {text[0] if text else ''}".strip()
+    return line if len(line) <= _ERROR_WIDTH else line[: _ERROR_WIDTH - 3] + "..."
+
+
+# ---- running -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Outcome:
+    status: str  # pass / mismatch / error / skipped
+    detail: str = ""
+
+
+def _call(fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict) -> Any:
+    torch.manual_seed(SEED)
+    return fn(inp, *args, **kwargs)
+
+
+def _forward_sample(info: Any, sample: Any) -> _Outcome:
+    try:
+        npu_inp, npu_args, npu_kwargs = sample_to_npu(sample)
+    except Unsupported as exc:
+        return _Outcome("skipped", str(exc))
+    cpu_inp, cpu_args, cpu_kwargs = sample_on_cpu(sample)
+    try:
+        expected = _call(info.op, cpu_inp, cpu_args, cpu_kwargs)
+    except Exception as exc:
+        return _both_raise(info.op, npu_inp, npu_args, npu_kwargs, exc)
+    try:
+        actual = _call(info.op, npu_inp, npu_args, npu_kwargs)
+    except Exception as exc:
+        return _Outcome("error", one_line(exc))
+    found = compare(expected, actual, metadata_only=info.name in UNDEFINED_VALUES)
+    return _Outcome("mismatch", found) if found else _Outcome("pass")
+
+
+def _both_raise(fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict, exc: Exception) -> _Outcome:
+    """CPU raised: npu must raise too (the same exception type)."""
+    try:
+        _call(fn, inp, args, kwargs)
+    except Exception as npu_exc:
+        if type(npu_exc) is type(exc) or isinstance(npu_exc, type(exc)):
+            return _Outcome("pass")
+        return _Outcome("mismatch", f"npu raised {one_line(npu_exc)}; cpu raised {one_line(exc)}")
+    return _Outcome("mismatch", f"npu returned; cpu raised {one_line(exc)}")
+
+
+def _grad_inputs(inp: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    found = []
+    for leaf in leaves((inp, args, kwargs)):
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+            found.append(leaf)
+    return found
+
+
+def _loss(outputs: Any) -> torch.Tensor | None:
+    total = None
+    for leaf in leaves(outputs):
+        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and (leaf.is_floating_point() or leaf.is_complex()):
+            part = (torch.view_as_real(leaf) if leaf.is_complex() else leaf).sum()
+            total = part if total is None else total + part
+    return total
+
+
+def _gradients(info: Any, sample: Any, inp: Any, args: tuple, kwargs: dict) -> Any:
+    """The gradients of the sum of the op's outputs w.r.t. its inputs (None if none exist)."""
+    wrt = _grad_inputs(inp, args, kwargs)
+    if not wrt:
+        return None
+    torch.manual_seed(SEED)
+    out = info.gradcheck_wrapper(info.op, inp, *args, **kwargs)
+    out = sample.output_process_fn_grad(out)
+    loss = _loss(out)
+    if loss is None:
+        return None
+    return torch.autograd.grad(loss, wrt, allow_unused=True)
+
+
+def _backward_sample(info: Any, sample: Any) -> _Outcome:
+    try:
+        npu_inp, npu_args, npu_kwargs = sample_to_npu(sample)
+    except Unsupported as exc:
+        return _Outcome("skipped", str(exc))
+    cpu_inp, cpu_args, cpu_kwargs = sample_on_cpu(sample)
+    try:
+        expected = _gradients(info, sample, cpu_inp, cpu_args, cpu_kwargs)
+    except Exception as exc:
+        try:
+            _gradients(info, sample, npu_inp, npu_args, npu_kwargs)
+        except Exception:
+            return _Outcome("pass")
+        return _Outcome("mismatch", f"npu gave gradients; cpu raised {one_line(exc)}")
+    if expected is None:
+        return _Outcome("skipped", "no differentiable output")
+    try:
+        actual = _gradients(info, sample, npu_inp, npu_args, npu_kwargs)
+    except Exception as exc:
+        return _Outcome("error", one_line(exc))
+    found = compare(tuple(expected), tuple(actual) if actual is not None else None, "grad")
+    return _Outcome("mismatch", found) if found else _Outcome("pass")
+
+
+def _samples(info: Any, dtype: torch.dtype, requires_grad: bool) -> Iterable[Any]:
+    torch.manual_seed(SEED)
+    return info.sample_inputs("cpu", dtype, requires_grad=requires_grad)
+
+
+def run_case(info: Any, dtype: torch.dtype, direction: str, max_samples: int | None = None) -> Verdict:
+    """Run every sample of ``info`` in ``dtype`` (forward or backward) on npu and CPU."""
+    name = info.full_name
+    verdict = Verdict(name, dtype_name(dtype), direction, "pass")
+    verdict.known = known_reason(name, verdict.dtype, direction)
+    if dtype not in info.supported_dtypes("cpu"):
+        return _skip(verdict, f"no CPU support for {verdict.dtype}")
+    if direction == "backward":
+        if not info.supports_autograd:
+            return _skip(verdict, "the op does not support autograd")
+        if dtype not in info.supported_backward_dtypes("cpu"):
+            return _skip(verdict, f"no CPU backward for {verdict.dtype}")
+    run = _backward_sample if direction == "backward" else _forward_sample
+    skipped: list[str] = []
+    try:
+        for index, sample in enumerate(_samples(info, dtype, direction == "backward")):
+            if max_samples is not None and index >= max_samples:
+                break
+            outcome = run(info, sample)
+            verdict.samples += 1
+            if outcome.status == "skipped":
+                skipped.append(outcome.detail)
+                continue
+            if outcome.status != "pass":
+                verdict.status = outcome.status
+                verdict.detail = f"sample {index}: {outcome.detail}"
+                return verdict
+    except Exception as exc:  # the sample generator itself failed
+        verdict.status = "error"
+        verdict.detail = f"sample inputs: {one_line(exc)}"
+        return verdict
+    if verdict.samples == len(skipped):
+        return _skip(verdict, skipped[0] if skipped else "no sample inputs")
+    return verdict
+
+
+def _skip(verdict: Verdict, reason: str) -> Verdict:
+    verdict.status = "skipped"
+    verdict.detail = reason
+    return verdict
+
+
+def cases(info: Any) -> list[tuple[torch.dtype, str]]:
+    """The (dtype, direction) cases of one op: forward per dtype, backward in float32."""
+    found = [(dtype, "forward") for dtype in forward_dtypes(info)]
+    found.append((torch.float32, "backward"))
+    return found
+
+
+def run_op(info: Any, max_samples: int | None = None) -> list[Verdict]:
+    """Every case of one op."""
+    return [run_case(info, dtype, direction, max_samples) for dtype, direction in cases(info)]
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The last frames of ``exc``'s traceback (for debugging a failing case)."""
+    return "".join(traceback.format_exception(exc)[-6:])
