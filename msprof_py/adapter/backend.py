@@ -57,7 +57,8 @@ class OpPlan:
     #: for each return: the index into ``writes`` it aliases, or None for a fresh tensor
     returns_alias: tuple[int | None, ...]
     returns_value: bool
-    #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python scalars)
+    #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python
+    #: scalars) the op cannot take a number for
     tensor_args: tuple[int, ...] = ()
     host_call: Callable[..., Any] | None = None
     # what the op's name implies for formats and costs, looked up once instead of per call
@@ -109,8 +110,13 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         not isinstance(r.type, (torch.TensorType, torch.ListType, torch.OptionalType))
         for r in schema.returns
     )
+    # ops torch lets take numbers for tensors (add, sub, mul, div ...) wrap a Python number
+    # themselves, exactly as the caller did; others get it rebuilt as a 0-dim tensor
+    wraps_numbers = torch._C._should_allow_numbers_as_tensors(base.split(".", 1)[0])
     tensor_args = tuple(
-        i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType)
+        i
+        for i, a in enumerate(schema.arguments)
+        if isinstance(a.type, torch.TensorType) and not wraps_numbers
     )
     return OpPlan(
         op,

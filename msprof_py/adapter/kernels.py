@@ -46,6 +46,18 @@ def empty_strided(
     return new_tensor(size, stride, dtype, runtime.state(), "aten::empty_strided")
 
 
+def efficient_zero_tensor(
+    size: list[int],
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+) -> torch.Tensor:
+    """``aten::_efficientzerotensor`` (autograd's zero gradient, e.g. of ``sgn`` of real inputs):
+    plain zeros on npu. CPU's version has no storage, so a host view of it cannot be read."""
+    return torch.zeros(size, dtype=dtype or torch.get_default_dtype(), device="npu")
+
+
 # ---- copies ------------------------------------------------------------------------------
 
 
@@ -177,11 +189,17 @@ def register() -> None:
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
         # structured ops would decompose into empty + .out; ops with both a CPU kernel and a
-        # CompositeExplicitAutograd one (native_layer_norm ...) would decompose differently
+        # composite one (native_layer_norm, silu_backward ...) would decompose differently
         # from CPU: both run whole, so the host computes exactly what CPU computes
         whole = name.startswith("aten::") and (
             has_kernel(name, "CompositeExplicitAutogradNonFunctional")
-            or (has_kernel(name, "CPU") and has_kernel(name, "CompositeExplicitAutograd"))
+            or (
+                has_kernel(name, "CPU")
+                and (
+                    has_kernel(name, "CompositeExplicitAutograd")
+                    or has_kernel(name, "CompositeImplicitAutograd")
+                )
+            )
         )
         if whole:
             packet, _, overload = name[len("aten::") :].partition(".")
@@ -191,6 +209,7 @@ def register() -> None:
     explicit = {
         "empty.memory_format": empty_memory_format,
         "empty_strided": empty_strided,
+        "_efficientzerotensor": efficient_zero_tensor,
         "_copy_from": copy_from,
         "_copy_from_and_resize": copy_from_and_resize,
         "_to_copy": to_copy,

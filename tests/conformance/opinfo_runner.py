@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import yaml
 
+from msprof_py.adapter.tensors import host_view
+
 HERE = Path(__file__).resolve().parent
 KNOWN_DIFFERENCES = HERE / "known_differences.yaml"
 
@@ -147,52 +149,38 @@ def leaves(value: Any) -> Iterator[Any]:
         yield value
 
 
-def tensor_to_npu(t: torch.Tensor) -> torch.Tensor:
-    """An npu copy of CPU tensor ``t`` with the same sizes, strides and storage offset."""
-    if t.layout != torch.strided:
-        raise Unsupported(f"{t.layout} input")
-    t = t.detach().resolve_conj().resolve_neg()
-    storage = t.untyped_storage()
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``t`` (npu or CPU) with the same sizes, strides and storage offset.
+
+    The whole storage is copied, so overlapping (expanded) and offset views keep their layout;
+    conjugate and negative views keep their bits.
+    """
+    source = host_view(t) if t.device.type == "npu" else t
+    storage = source.untyped_storage()
     count = storage.nbytes() // t.element_size()
-    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (count,), (1,)).to("npu")
-    moved = flat.as_strided(t.size(), t.stride(), t.storage_offset())
-    return moved
-
-
-def leaf_on_npu(t: torch.Tensor) -> torch.Tensor:
-    """:func:`tensor_to_npu`, a leaf requiring grad where ``t`` requires grad."""
-    moved = tensor_to_npu(t)
+    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (count,), (1,)).clone()
+    copy = flat.as_strided(t.size(), t.stride(), t.storage_offset())
+    if t.is_conj():
+        copy = copy.conj()
+    if t.is_neg():
+        copy = copy._neg_view()
     if t.requires_grad:
-        moved = moved.detach().requires_grad_(True)
-    return moved
+        copy = copy.detach().requires_grad_(True)
+    return copy
 
 
-def _to_npu(value: Any) -> Any:
+def _to_cpu(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return leaf_on_npu(value) if value.device.type == "cpu" else value
-    if isinstance(value, torch.device) and value.type == "cpu":
-        return torch.device("npu")
-    if isinstance(value, str) and value == "cpu":
-        return "npu"
+        if value.layout != torch.strided:
+            raise Unsupported(f"{value.layout} input")
+        return _host_copy(value)
+    if isinstance(value, torch.device) and value.type == "npu":
+        return torch.device("cpu")
+    if isinstance(value, str) and value.startswith("npu"):
+        return "cpu"
     if isinstance(value, torch.Generator):
         raise Unsupported("explicit torch.Generator argument")
     return value
-
-
-def sample_to_npu(sample: Any) -> tuple[Any, tuple, dict]:
-    """(input, args, kwargs) of ``sample`` on npu, structure and layout kept.
-
-    Raises :class:`Unsupported` for a sample with no tensor and no device to move (it would
-    run on CPU on both sides and test nothing).
-    """
-    moved = (
-        tree_map(_to_npu, sample.input),
-        tree_map(_to_npu, tuple(sample.args)),
-        tree_map(_to_npu, dict(sample.kwargs)),
-    )
-    if not any(_is_npu(leaf) for leaf in leaves(moved)):
-        raise Unsupported("nothing to put on npu (a sample without tensors or device)")
-    return moved
 
 
 def _is_npu(value: Any) -> bool:
@@ -200,33 +188,33 @@ def _is_npu(value: Any) -> bool:
         return value.device.type == "npu"
     if isinstance(value, torch.device):
         return value.type == "npu"
-    return isinstance(value, str) and value == "npu"
+    return isinstance(value, str) and value.startswith("npu")
 
 
-def _clone(value: Any) -> Any:
-    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
-        return value
-    # copy the whole storage so that overlapping and offset views keep their layout
-    storage = value.untyped_storage()
-    count = storage.nbytes() // value.element_size()
-    flat = torch.empty(0, dtype=value.dtype).set_(storage, 0, (count,), (1,)).clone()
-    copy = flat.as_strided(value.size(), value.stride(), value.storage_offset())
-    if value.is_conj():
-        copy = copy.conj()
-    if value.is_neg():
-        copy = copy._neg_view()
-    if value.requires_grad:
-        copy = copy.detach().requires_grad_(True)
-    return copy
+def _asks_for_cpu(npu_side: Any) -> bool:
+    """True when the npu side of a sample names the CPU device or holds a CPU tensor."""
+    for leaf in leaves(npu_side):
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and leaf.dim() > 0:
+            return True
+        if isinstance(leaf, torch.device) and leaf.type == "cpu":
+            return True
+        if isinstance(leaf, str) and leaf == "cpu":
+            return True
+    return False
 
 
-def sample_on_cpu(sample: Any) -> tuple[Any, tuple, dict]:
-    """(input, args, kwargs) of ``sample``, every tensor copied (ops may write their inputs)."""
-    return (
-        tree_map(_clone, sample.input),
-        tree_map(_clone, tuple(sample.args)),
-        tree_map(_clone, dict(sample.kwargs)),
-    )
+def sample_sides(sample: Any) -> tuple[tuple[Any, tuple, dict], tuple[Any, tuple, dict]]:
+    """((input, args, kwargs) on CPU, the same on npu) for a sample made for device npu.
+
+    The CPU side is a copy with the same structure and memory layout: npu tensors become CPU
+    tensors, tensors the sample made on CPU on purpose (index lists of ``tensor_split`` ...) are
+    copied, ``"npu"`` devices become ``"cpu"``. Raises :class:`Unsupported` for a sample with
+    nothing on npu (it would run on CPU twice and test nothing).
+    """
+    npu = (sample.input, tuple(sample.args), dict(sample.kwargs))
+    if not any(_is_npu(leaf) for leaf in leaves(npu)):
+        raise Unsupported("nothing on npu (a sample without npu tensors or device)")
+    return tree_map(_to_cpu, npu), npu
 
 
 class Unsupported(Exception):
@@ -253,9 +241,14 @@ def _differing(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
     return expected != actual
 
 
-def compare_tensors(expected: torch.Tensor, actual: torch.Tensor, where: str) -> str | None:
-    """``None`` when equal, else one line saying how they differ."""
-    if actual.device.type != "npu" and expected.device.type == "cpu":
+def compare_tensors(
+    expected: torch.Tensor, actual: torch.Tensor, where: str, cpu_ok: bool = False
+) -> str | None:
+    """``None`` when equal, else one line saying how they differ.
+
+    ``actual`` must be on npu unless ``cpu_ok`` (the sample asked for a CPU result).
+    """
+    if actual.device.type != "npu" and not cpu_ok:
         return f"{where}: on {actual.device}, expected npu"
     if expected.layout != torch.strided or actual.layout != torch.strided:
         if expected.layout != actual.layout:
@@ -296,21 +289,34 @@ def _item(t: torch.Tensor, index: tuple[int, ...]) -> Any:
     return t[index].item() if index or t.dim() == 0 else t.item()
 
 
-def compare(expected: Any, actual: Any, where: str = "out", metadata_only: bool = False) -> str | None:
-    """Compare nested results; ``None`` when equal, else one line about the first difference."""
+def compare(
+    expected: Any,
+    actual: Any,
+    where: str = "out",
+    metadata_only: bool = False,
+    cpu_ok: bool = False,
+) -> str | None:
+    """Compare nested results; ``None`` when equal, else one line about the first difference.
+
+    ``metadata_only`` compares tensors' dtype and shape only (ops whose values are undefined);
+    ``cpu_ok`` accepts CPU tensors in ``actual`` (the sample asked for CPU results).
+    """
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return f"{where}: {type(actual).__name__}, expected a tensor"
         if metadata_only:
             if actual.dtype != expected.dtype or actual.shape != expected.shape:
-                return f"{where}: {actual.dtype}{tuple(actual.shape)}, expected {expected.dtype}{tuple(expected.shape)}"
+                got = f"{dtype_name(actual.dtype)}{tuple(actual.shape)}"
+                return (
+                    f"{where}: {got}, expected {dtype_name(expected.dtype)}{tuple(expected.shape)}"
+                )
             return None
-        return compare_tensors(expected, actual, where)
+        return compare_tensors(expected, actual, where, cpu_ok)
     if isinstance(expected, (tuple, list)) and not isinstance(expected, torch.Size):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return f"{where}: {_describe(actual)}, expected {_describe(expected)}"
         for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            found = compare(e, a, f"{where}[{i}]", metadata_only)
+            found = compare(e, a, f"{where}[{i}]", metadata_only, cpu_ok)
             if found:
                 return found
         return None
@@ -318,13 +324,17 @@ def compare(expected: Any, actual: Any, where: str = "out", metadata_only: bool 
         if not isinstance(actual, dict) or set(actual) != set(expected):
             return f"{where}: {_describe(actual)}, expected {_describe(expected)}"
         for k in expected:
-            found = compare(expected[k], actual[k], f"{where}[{k!r}]", metadata_only)
+            found = compare(expected[k], actual[k], f"{where}[{k!r}]", metadata_only, cpu_ok)
             if found:
                 return found
         return None
     if isinstance(expected, torch.device):
-        same = isinstance(actual, torch.device) and (actual.type == "npu") == (expected.type == "cpu")
-        return None if same else f"{where}: {actual!r}, expected the npu counterpart of {expected!r}"
+        same = isinstance(actual, torch.device) and (actual.type == "npu") == (
+            expected.type == "cpu"
+        )
+        return (
+            None if same else f"{where}: {actual!r}, expected the npu counterpart of {expected!r}"
+        )
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected):
         return None if math.isnan(actual) else f"{where}: {actual!r}, expected nan"
     if type(actual) is not type(expected) or actual != expected:
@@ -361,10 +371,9 @@ def _call(fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict) -> Any:
 
 def _forward_sample(info: Any, sample: Any) -> _Outcome:
     try:
-        npu_inp, npu_args, npu_kwargs = sample_to_npu(sample)
+        (cpu_inp, cpu_args, cpu_kwargs), (npu_inp, npu_args, npu_kwargs) = sample_sides(sample)
     except Unsupported as exc:
         return _Outcome("skipped", str(exc))
-    cpu_inp, cpu_args, cpu_kwargs = sample_on_cpu(sample)
     try:
         expected = _call(info.op, cpu_inp, cpu_args, cpu_kwargs)
     except Exception as exc:
@@ -373,11 +382,18 @@ def _forward_sample(info: Any, sample: Any) -> _Outcome:
         actual = _call(info.op, npu_inp, npu_args, npu_kwargs)
     except Exception as exc:
         return _Outcome("error", one_line(exc))
-    found = compare(expected, actual, metadata_only=info.name in UNDEFINED_VALUES)
+    found = compare(
+        expected,
+        actual,
+        metadata_only=info.name in UNDEFINED_VALUES,
+        cpu_ok=_asks_for_cpu((npu_inp, npu_args, npu_kwargs)),
+    )
     return _Outcome("mismatch", found) if found else _Outcome("pass")
 
 
-def _both_raise(fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict, exc: Exception) -> _Outcome:
+def _both_raise(
+    fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict, exc: Exception
+) -> _Outcome:
     """CPU raised: npu must raise too (the same exception type)."""
     try:
         _call(fn, inp, args, kwargs)
@@ -399,7 +415,11 @@ def _grad_inputs(inp: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
 def _loss(outputs: Any) -> torch.Tensor | None:
     total = None
     for leaf in leaves(outputs):
-        if isinstance(leaf, torch.Tensor) and leaf.requires_grad and (leaf.is_floating_point() or leaf.is_complex()):
+        if (
+            isinstance(leaf, torch.Tensor)
+            and leaf.requires_grad
+            and (leaf.is_floating_point() or leaf.is_complex())
+        ):
             part = (torch.view_as_real(leaf) if leaf.is_complex() else leaf).sum()
             total = part if total is None else total + part
     return total
@@ -421,10 +441,9 @@ def _gradients(info: Any, sample: Any, inp: Any, args: tuple, kwargs: dict) -> A
 
 def _backward_sample(info: Any, sample: Any) -> _Outcome:
     try:
-        npu_inp, npu_args, npu_kwargs = sample_to_npu(sample)
+        (cpu_inp, cpu_args, cpu_kwargs), (npu_inp, npu_args, npu_kwargs) = sample_sides(sample)
     except Unsupported as exc:
         return _Outcome("skipped", str(exc))
-    cpu_inp, cpu_args, cpu_kwargs = sample_on_cpu(sample)
     try:
         expected = _gradients(info, sample, cpu_inp, cpu_args, cpu_kwargs)
     except Exception as exc:
@@ -445,10 +464,12 @@ def _backward_sample(info: Any, sample: Any) -> _Outcome:
 
 def _samples(info: Any, dtype: torch.dtype, requires_grad: bool) -> Iterable[Any]:
     torch.manual_seed(SEED)
-    return info.sample_inputs("cpu", dtype, requires_grad=requires_grad)
+    return info.sample_inputs("npu", dtype, requires_grad=requires_grad)
 
 
-def run_case(info: Any, dtype: torch.dtype, direction: str, max_samples: int | None = None) -> Verdict:
+def run_case(
+    info: Any, dtype: torch.dtype, direction: str, max_samples: int | None = None
+) -> Verdict:
     """Run every sample of ``info`` in ``dtype`` (forward or backward) on npu and CPU."""
     name = info.full_name
     verdict = Verdict(name, dtype_name(dtype), direction, "pass")
@@ -467,10 +488,10 @@ def run_case(info: Any, dtype: torch.dtype, direction: str, max_samples: int | N
             if max_samples is not None and index >= max_samples:
                 break
             outcome = run(info, sample)
-            verdict.samples += 1
             if outcome.status == "skipped":
                 skipped.append(outcome.detail)
                 continue
+            verdict.samples += 1
             if outcome.status != "pass":
                 verdict.status = outcome.status
                 verdict.detail = f"sample {index}: {outcome.detail}"
@@ -479,7 +500,7 @@ def run_case(info: Any, dtype: torch.dtype, direction: str, max_samples: int | N
         verdict.status = "error"
         verdict.detail = f"sample inputs: {one_line(exc)}"
         return verdict
-    if verdict.samples == len(skipped):
+    if verdict.samples == 0:
         return _skip(verdict, skipped[0] if skipped else "no sample inputs")
     return verdict
 

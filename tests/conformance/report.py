@@ -130,7 +130,9 @@ def run_all(
             continue
         with results.open("a", encoding="utf-8") as out:
             for name in dict.fromkeys(crashed):
-                seen = {(r.get("dtype"), r.get("direction")) for r in records if r.get("op") == name}
+                seen = {
+                    (r.get("dtype"), r.get("direction")) for r in records if r.get("op") == name
+                }
                 record = {
                     "op": name,
                     "dtype": "*",

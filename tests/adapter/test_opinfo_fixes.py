@@ -1,0 +1,44 @@
+"""Backend fixes found by the OpInfo conformance suite (tests/conformance): each test here
+failed before its fix."""
+
+from __future__ import annotations
+
+import torch
+
+from msprof_py.device import SimulatedNpu
+
+
+def test_zero_gradients_are_real_zeros(npu: SimulatedNpu) -> None:
+    # autograd builds the gradient of sgn/sign of real inputs with _efficientzerotensor, whose
+    # CPU result has no storage: the npu tensor adopting it crashed when read
+    x = torch.randn(5, device="npu", requires_grad=True)
+    (grad,) = torch.autograd.grad(torch.sgn(x).sum(), x)
+    assert grad.device.type == "npu"
+    assert torch.equal(grad.cpu(), torch.zeros(5))
+    zeros = torch.ops.aten._efficientzerotensor([2, 3], dtype=torch.float16, device="npu")
+    assert zeros.dtype == torch.float16
+    assert torch.equal(zeros.cpu(), torch.zeros(2, 3, dtype=torch.float16))
+
+
+def test_backward_kernels_with_a_cpu_kernel_run_whole(npu: SimulatedNpu) -> None:
+    # mish_backward (and silu_backward) have a fused CPU kernel and a composite one for other
+    # devices: the npu ran the composite one and a third of mish's gradients were off by an ulp
+    x = torch.empty(1000).uniform_(-9, 9, generator=torch.Generator().manual_seed(0))
+    for fn in (torch.nn.functional.silu, torch.nn.functional.mish):
+        grads = []
+        for device in ("cpu", "npu"):
+            leaf = x.to(device).requires_grad_()
+            (grad,) = torch.autograd.grad(fn(leaf).sum(), leaf)
+            grads.append(grad.cpu())
+        assert torch.equal(grads[0], grads[1]), fn
+
+
+def test_python_numbers_keep_their_wrapped_number_semantics(npu: SimulatedNpu) -> None:
+    # torch hands the fallback wrapped numbers (2.5 in `2.5 - t`) as Python scalars; they were
+    # rebuilt as float32 0-dim tensors, which promote like tensors and lose double precision
+    half = torch.tensor(1.0, dtype=torch.float16)
+    assert torch.sub(2.5, half.to("npu")).dtype == torch.float16  # type: ignore[arg-type]
+    assert torch.mul(half.to("npu"), 3).dtype == torch.float16
+    wide = torch.ones(3, dtype=torch.float64)
+    for fn in (lambda t: t + 0.1, lambda t: torch.add(t, 0.1), lambda t: 0.1 * t):
+        assert torch.equal(fn(wide.to("npu")).cpu(), fn(wide))

@@ -1,0 +1,168 @@
+"""A representative subset of PyTorch's OpInfo database: npu gives bitwise what CPU gives.
+
+Every op runs its sample inputs (the first MAX_SAMPLES of each case) forward in float32,
+float16 and bfloat16 (where CPU supports them) and backward in float32. A case may fail only
+if known_differences.yaml lists it, and a listed case must still fail (so the list stays
+current). The whole database runs in test_opinfo_full.py (slow).
+"""
+
+from __future__ import annotations
+
+import pytest
+from opinfo_runner import op_db, run_op
+
+from msprof_py.device import SimulatedNpu
+
+FAST_OPS = (
+    # elementwise unary
+    "abs",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sigmoid",
+    "tanh",
+    "sin",
+    "erf",
+    "reciprocal",
+    "floor",
+    "sign",
+    "sgn",
+    "clamp",
+    "nan_to_num",
+    # elementwise binary and ternary
+    "add",
+    "sub",
+    "mul",
+    "div.no_rounding_mode",
+    "pow",
+    "maximum",
+    "fmod",
+    "eq",
+    "lt",
+    "addcmul",
+    "addcdiv",
+    "lerp",
+    "where",
+    "xlogy",
+    # reductions and scans
+    "sum",
+    "mean",
+    "amax",
+    "argmax",
+    "prod",
+    "var",
+    "std",
+    "logsumexp",
+    "cumsum",
+    "max.reduction_with_dim",
+    "any",
+    "linalg.vector_norm",
+    # matmul and linalg basics
+    "mm",
+    "bmm",
+    "matmul",
+    "addmm",
+    "baddbmm",
+    "einsum",
+    "outer",
+    "linalg.inv",
+    # indexing, scatter, gather
+    "index_select",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "index_add",
+    "index_put",
+    "masked_fill",
+    "masked_select",
+    "take",
+    "__getitem__",
+    "nonzero",
+    # shape ops
+    "reshape",
+    "view",
+    "permute",
+    "transpose",
+    "squeeze",
+    "unsqueeze",
+    "flatten",
+    "expand",
+    "repeat",
+    "flip",
+    "roll",
+    "chunk",
+    "split",
+    "narrow",
+    "tril",
+    "cat",
+    "stack",
+    "unbind",
+    # nn.functional
+    "nn.functional.linear",
+    "nn.functional.conv1d",
+    "nn.functional.conv2d",
+    "nn.functional.conv_transpose2d",
+    "nn.functional.max_pool2d",
+    "nn.functional.avg_pool2d",
+    "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.batch_norm",
+    "nn.functional.layer_norm",
+    "nn.functional.group_norm",
+    "nn.functional.rms_norm",
+    "nn.functional.cross_entropy",
+    "nn.functional.nll_loss",
+    "nn.functional.mse_loss",
+    "nn.functional.binary_cross_entropy_with_logits",
+    "nn.functional.smooth_l1_loss",
+    "nn.functional.relu",
+    "nn.functional.gelu",
+    "nn.functional.silu",
+    "nn.functional.leaky_relu",
+    "nn.functional.softplus",
+    "nn.functional.hardtanh",
+    "nn.functional.dropout",
+    "nn.functional.embedding",
+    "nn.functional.pad.constant",
+    "nn.functional.interpolate.bilinear",
+    "nn.functional.one_hot",
+    "softmax",
+    "log_softmax",
+    # sorting
+    "sort",
+    "topk",
+    "argsort",
+    # factories and random ops
+    "arange",
+    "zeros_like",
+    "full",
+    "bernoulli",
+    "randn_like",
+)
+
+#: the first samples of each case (a few ops have hundreds: max_pool2d has 1440); the slow
+#: suite runs them all
+MAX_SAMPLES = 24
+
+
+@pytest.mark.parametrize("name", FAST_OPS)
+def test_op_matches_cpu_bitwise(npu: SimulatedNpu, name: str) -> None:
+    verdicts = run_op(op_db()[name], max_samples=MAX_SAMPLES)
+    assert any(v.status == "pass" for v in verdicts), [v.key for v in verdicts]
+    unexpected = [
+        f"{v.key}: {v.status}: {v.detail}"
+        for v in verdicts
+        if v.status in ("mismatch", "error") and not v.known
+    ]
+    assert not unexpected, unexpected
+    listed: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.known:
+            listed.setdefault(v.known, []).append(v.status)
+    stale = [
+        reason
+        for reason, statuses in listed.items()
+        if "pass" in statuses and not any(s in ("mismatch", "error") for s in statuses)
+    ]
+    assert not stale, f"listed in known_differences.yaml but no longer failing: {stale}"
