@@ -218,6 +218,12 @@ def register() -> None:
     }
     for name, fn in explicit.items():
         impl.impl(name, fn, "PrivateUse1")
+    # copies read conjugate and negative views themselves (host_view keeps the bits): torch's
+    # fallback for those bits would materialise the source with clone, which copies with
+    # _copy_from again, without end
+    for name in ("_copy_from", "_copy_from_and_resize"):
+        for key in ("Conjugate", "Negative"):
+            impl.impl(name, torch.library.fallthrough_kernel, key)
 
     forward = aten.convolution_overrideable.default
     backward = aten.convolution_backward_overrideable.default

@@ -42,3 +42,25 @@ def test_python_numbers_keep_their_wrapped_number_semantics(npu: SimulatedNpu) -
     wide = torch.ones(3, dtype=torch.float64)
     for fn in (lambda t: t + 0.1, lambda t: torch.add(t, 0.1), lambda t: 0.1 * t):
         assert torch.equal(fn(wide.to("npu")).cpu(), fn(wide))
+
+
+def test_conjugate_and_negative_views_read_and_compute_like_cpu(npu: SimulatedNpu) -> None:
+    # z.conj() is a lazy view (a bit, not new bytes): copying it off the device recursed until
+    # the stack overflowed (segfault), and host views dropped the bit
+    z = torch.randn(3, 3, dtype=torch.complex64)
+    on_npu = z.to("npu")
+    assert torch.equal(on_npu.conj().cpu(), z.conj())
+    assert torch.equal((on_npu.conj() * 2).cpu(), z.conj() * 2)
+    assert torch.equal((on_npu.mH @ on_npu).cpu(), z.mH @ z)
+    copied = torch.zeros(3, 3, dtype=torch.complex64, device="npu").copy_(on_npu.conj())
+    assert torch.equal(copied.cpu(), z.conj())
+    x = torch.randn(4)
+    assert torch.equal((x.to("npu")._neg_view() + 1).cpu(), x._neg_view() + 1)
+    # autograd of complex ops conjugates gradients lazily
+    r = torch.rand(3)
+    grads = []
+    for device in ("cpu", "npu"):
+        abs_, angle = (r.to(device, copy=True).requires_grad_() for _ in range(2))
+        out = torch.view_as_real(torch.polar(abs_, angle)).sum()
+        grads.append([g.cpu() for g in torch.autograd.grad(out, (abs_, angle))])
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
