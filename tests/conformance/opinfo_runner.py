@@ -60,6 +60,8 @@ class Verdict:
     samples: int = 0
     #: the reason from known_differences.yaml when this case is a listed difference
     known: str = ""
+    #: the listed difference may also pass
+    flaky: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -98,26 +100,41 @@ def forward_dtypes(info: Any) -> tuple[torch.dtype, ...]:
     return (torch.float32,)  # reported as skipped
 
 
+@dataclass(frozen=True, slots=True)
+class KnownDifference:
+    """One entry of known_differences.yaml."""
+
+    reason: str
+    #: the case may also pass (a difference that depends on memory alignment ...)
+    flaky: bool = False
+
+
 @cache
-def known_differences() -> dict[str, str]:
-    """``op/dtype/direction`` -> reason, from known_differences.yaml (``*`` matches any)."""
+def known_differences() -> dict[str, KnownDifference]:
+    """``op/dtype/direction`` -> entry, from known_differences.yaml (``*`` matches any)."""
     data = yaml.safe_load(KNOWN_DIFFERENCES.read_text(encoding="utf-8")) or {}
-    table: dict[str, str] = {}
+    table: dict[str, KnownDifference] = {}
     for entry in data.get("differences", []):
         key = f"{entry['op']}/{entry.get('dtype', '*')}/{entry.get('direction', '*')}"
-        table[key] = str(entry["reason"]).strip()
+        table[key] = KnownDifference(str(entry["reason"]).strip(), bool(entry.get("flaky")))
     return table
+
+
+def known_entry(op: str, dtype: str, direction: str) -> KnownDifference | None:
+    """The listed difference for this case, or None."""
+    table = known_differences()
+    for d in (dtype, "*"):
+        for k in (direction, "*"):
+            entry = table.get(f"{op}/{d}/{k}")
+            if entry is not None:
+                return entry
+    return None
 
 
 def known_reason(op: str, dtype: str, direction: str) -> str:
     """The listed reason for this case, or ``""``."""
-    table = known_differences()
-    for d in (dtype, "*"):
-        for k in (direction, "*"):
-            reason = table.get(f"{op}/{d}/{k}")
-            if reason is not None:
-                return reason
-    return ""
+    entry = known_entry(op, dtype, direction)
+    return entry.reason if entry is not None else ""
 
 
 # ---- moving samples ----------------------------------------------------------------------
@@ -473,7 +490,9 @@ def run_case(
     """Run every sample of ``info`` in ``dtype`` (forward or backward) on npu and CPU."""
     name = info.full_name
     verdict = Verdict(name, dtype_name(dtype), direction, "pass")
-    verdict.known = known_reason(name, verdict.dtype, direction)
+    entry = known_entry(name, verdict.dtype, direction)
+    if entry is not None:
+        verdict.known, verdict.flaky = entry.reason, entry.flaky
     if dtype not in info.supported_dtypes("cpu"):
         return _skip(verdict, f"no CPU support for {verdict.dtype}")
     if direction == "backward":
@@ -511,10 +530,18 @@ def _skip(verdict: Verdict, reason: str) -> Verdict:
     return verdict
 
 
+def backward_dtype(info: Any) -> torch.dtype:
+    """float32, or complex64 for ops differentiable only in complex dtypes (view_as_real)."""
+    backward = info.supported_backward_dtypes("cpu") if info.supports_autograd else ()
+    if torch.float32 not in backward and torch.complex64 in backward:
+        return torch.complex64
+    return torch.float32
+
+
 def cases(info: Any) -> list[tuple[torch.dtype, str]]:
     """The (dtype, direction) cases of one op: forward per dtype, backward in float32."""
     found = [(dtype, "forward") for dtype in forward_dtypes(info)]
-    found.append((torch.float32, "backward"))
+    found.append((backward_dtype(info), "backward"))
     return found
 
 
@@ -526,3 +553,30 @@ def run_op(info: Any, max_samples: int | None = None) -> list[Verdict]:
 def format_traceback(exc: BaseException) -> str:
     """The last frames of ``exc``'s traceback (for debugging a failing case)."""
     return "".join(traceback.format_exception(exc)[-6:])
+
+
+def unexpected(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[str]:
+    """One line per failing case (mismatch or error) that known_differences.yaml does not list."""
+    lines = []
+    for v in verdicts:
+        record = v.as_dict() if isinstance(v, Verdict) else v
+        if record["status"] in ("mismatch", "error") and not record["known"]:
+            key = f"{record['op']}/{record['dtype']}/{record['direction']}"
+            lines.append(f"{key}: {record['status']}: {record['detail']}")
+    return lines
+
+
+def stale(verdicts: Iterable[Verdict | dict[str, Any]]) -> list[str]:
+    """Listed differences (not flaky) whose every case now passes or is skipped."""
+    outcomes: dict[str, list[str]] = {}
+    for v in verdicts:
+        record = v.as_dict() if isinstance(v, Verdict) else v
+        if record["known"] and not record.get("flaky"):
+            key = f"{record['op']}/{record['dtype']}/{record['direction']}"
+            outcomes.setdefault(record["known"], []).append(f"{key}={record['status']}")
+    return [
+        f"{cases}: {reason[:80]}"
+        for reason, cases in outcomes.items()
+        if not any(c.endswith(("=mismatch", "=error")) for c in cases)
+        and any(c.endswith("=pass") for c in cases)
+    ]

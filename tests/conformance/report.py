@@ -176,6 +176,10 @@ def summarize(records: list[dict[str, Any]], command: str) -> str:
         "| op | dtype | direction | verdict | detail | known difference |",
         "|---|---|---|---|---|---|",
     ]
+    from_list = [r for r in records if r["known"] and not r.get("flaky")]
+    passing = sorted({r["op"] for r in from_list if r["status"] == "pass"})
+    if passing:
+        lines[-4:-4] = [f"Listed differences that passed in this run: {', '.join(passing)}.", ""]
     for r in sorted(records, key=lambda r: (r["op"], r["direction"], r["dtype"])):
         if r["status"] in ("mismatch", "error"):
             detail = r["detail"].replace("|", "\\|")

@@ -9,9 +9,11 @@ current). The whole database runs in test_opinfo_full.py (slow).
 from __future__ import annotations
 
 import pytest
-from opinfo_runner import op_db, run_op
+from opinfo_runner import op_db, run_op, stale, unexpected
 
 from msprof_py.device import SimulatedNpu
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 FAST_OPS = (
     # elementwise unary
@@ -149,20 +151,8 @@ MAX_SAMPLES = 24
 @pytest.mark.parametrize("name", FAST_OPS)
 def test_op_matches_cpu_bitwise(npu: SimulatedNpu, name: str) -> None:
     verdicts = run_op(op_db()[name], max_samples=MAX_SAMPLES)
-    assert any(v.status == "pass" for v in verdicts), [v.key for v in verdicts]
-    unexpected = [
-        f"{v.key}: {v.status}: {v.detail}"
-        for v in verdicts
-        if v.status in ("mismatch", "error") and not v.known
-    ]
-    assert not unexpected, unexpected
-    listed: dict[str, list[str]] = {}
-    for v in verdicts:
-        if v.known:
-            listed.setdefault(v.known, []).append(v.status)
-    stale = [
-        reason
-        for reason, statuses in listed.items()
-        if "pass" in statuses and not any(s in ("mismatch", "error") for s in statuses)
-    ]
-    assert not stale, f"listed in known_differences.yaml but no longer failing: {stale}"
+    assert any(v.status == "pass" for v in verdicts), [f"{v.key}: {v.detail}" for v in verdicts]
+    failures = unexpected(verdicts)
+    assert not failures, failures
+    listed = stale(verdicts)
+    assert not listed, f"listed in known_differences.yaml but no longer failing: {listed}"
