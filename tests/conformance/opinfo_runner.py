@@ -54,7 +54,7 @@ class Verdict:
 
     op: str
     dtype: str
-    direction: str  # "forward" or "backward"
+    direction: str  # "forward", "backward" or "inplace"
     status: str  # one of VERDICTS
     detail: str = ""
     samples: int = 0
@@ -386,26 +386,34 @@ def _call(fn: Callable[..., Any], inp: Any, args: tuple, kwargs: dict) -> Any:
     return fn(inp, *args, **kwargs)
 
 
-def _forward_sample(info: Any, sample: Any) -> _Outcome:
+def _forward_sample(info: Any, sample: Any, inplace: bool = False) -> _Outcome:
+    """One sample forward (or through the op's in-place variant): the results and then the
+    inputs (which an op may write) must match."""
+    fn = info.inplace_variant if inplace else info.op
     try:
         (cpu_inp, cpu_args, cpu_kwargs), (npu_inp, npu_args, npu_kwargs) = sample_sides(sample)
     except Unsupported as exc:
         return _Outcome("skipped", str(exc))
+    if inplace and not isinstance(cpu_inp, torch.Tensor):
+        return _Outcome("skipped", "the in-place variant needs a tensor input")
     try:
-        expected = _call(info.op, cpu_inp, cpu_args, cpu_kwargs)
+        expected = _call(fn, cpu_inp, cpu_args, cpu_kwargs)
     except Exception as exc:
-        return _both_raise(info.op, npu_inp, npu_args, npu_kwargs, exc)
+        return _both_raise(fn, npu_inp, npu_args, npu_kwargs, exc)
     try:
-        actual = _call(info.op, npu_inp, npu_args, npu_kwargs)
+        actual = _call(fn, npu_inp, npu_args, npu_kwargs)
     except Exception as exc:
         return _Outcome("error", one_line(exc))
-    found = compare(
-        expected,
-        actual,
-        metadata_only=info.name in UNDEFINED_VALUES,
-        cpu_ok=_asks_for_cpu((npu_inp, npu_args, npu_kwargs)),
+    cpu_ok = _asks_for_cpu((npu_inp, npu_args, npu_kwargs))
+    metadata_only = info.name in UNDEFINED_VALUES
+    found = compare(expected, actual, metadata_only=metadata_only, cpu_ok=cpu_ok) or compare(
+        (cpu_inp, cpu_args, cpu_kwargs), (npu_inp, npu_args, npu_kwargs), "inputs", cpu_ok=True
     )
     return _Outcome("mismatch", found) if found else _Outcome("pass")
+
+
+def _inplace_sample(info: Any, sample: Any) -> _Outcome:
+    return _forward_sample(info, sample, inplace=True)
 
 
 def _both_raise(
@@ -500,7 +508,11 @@ def run_case(
             return _skip(verdict, "the op does not support autograd")
         if dtype not in info.supported_backward_dtypes("cpu"):
             return _skip(verdict, f"no CPU backward for {verdict.dtype}")
-    run = _backward_sample if direction == "backward" else _forward_sample
+    if direction == "inplace" and info.inplace_variant is None:
+        return _skip(verdict, "the op has no in-place variant")
+    run = {"forward": _forward_sample, "backward": _backward_sample, "inplace": _inplace_sample}[
+        direction
+    ]
     skipped: list[str] = []
     try:
         for index, sample in enumerate(_samples(info, dtype, direction == "backward")):
@@ -539,9 +551,13 @@ def backward_dtype(info: Any) -> torch.dtype:
 
 
 def cases(info: Any) -> list[tuple[torch.dtype, str]]:
-    """The (dtype, direction) cases of one op: forward per dtype, backward in float32."""
-    found = [(dtype, "forward") for dtype in forward_dtypes(info)]
+    """The (dtype, direction) cases of one op: forward per dtype, backward in float32, and the
+    in-place variant (``x.add_``) in the first forward dtype where the op has one."""
+    dtypes = forward_dtypes(info)
+    found = [(dtype, "forward") for dtype in dtypes]
     found.append((backward_dtype(info), "backward"))
+    if info.inplace_variant is not None:
+        found.append((dtypes[0], "inplace"))
     return found
 
 

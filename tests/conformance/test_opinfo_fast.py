@@ -145,7 +145,7 @@ FAST_OPS = (
 
 #: the first samples of each case (a few ops have hundreds: max_pool2d has 1440); the slow
 #: suite runs them all
-MAX_SAMPLES = 24
+MAX_SAMPLES = 12
 
 
 @pytest.mark.parametrize("name", FAST_OPS)

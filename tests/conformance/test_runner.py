@@ -98,6 +98,7 @@ class _FakeOp:
     full_name: str = "fake"
     name: str = "fake"
     supports_autograd: bool = True
+    inplace_variant: Any = None
 
     def supported_dtypes(self, device: str) -> set[torch.dtype]:
         return set(self.dtypes)
@@ -135,6 +136,17 @@ def test_verdicts_of_a_good_a_wrong_and_a_failing_op(npu: SimulatedNpu) -> None:
 
     failing = run_case(_FakeOp(fails_on_npu), torch.float32, "forward")
     assert (failing.status, failing.detail) == ("error", "sample 0: RuntimeError: no kernel")
+
+    def writes_its_input(x: torch.Tensor) -> torch.Tensor:
+        total = x.sum()
+        x.add_(1.0 if x.device.type == "cpu" else 2.0)
+        return total
+
+    written = run_case(_FakeOp(writes_its_input), torch.float32, "forward")
+    assert written.status == "mismatch" and written.detail.startswith("sample 0: inputs[0]: ")
+    inplace = _FakeOp(torch.exp, inplace_variant=torch.Tensor.exp_)
+    assert run_case(inplace, torch.float32, "inplace").status == "pass"
+    assert run_case(_FakeOp(torch.exp), torch.float32, "inplace").status == "skipped"
     skipped = run_case(_FakeOp(torch.exp), torch.float16, "forward")
     assert (skipped.status, skipped.detail) == ("skipped", "no CPU support for float16")
 
@@ -199,8 +211,10 @@ def test_report_runs_ops_in_a_worker_and_writes_the_summary(tmp_path: Path) -> N
     records = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     by_case = {(r["op"], r["dtype"], r["direction"]): r["status"] for r in records}
     assert by_case[("abs", "float32", "forward")] == "pass"
-    assert by_case[("abs", "float32", "backward")] == "pass"
+    assert (
+        by_case[("abs", "float32", "backward")] == by_case[("abs", "float32", "inplace")] == "pass"
+    )
     assert by_case[("no_such_op", "*", "*")] == "error"
     summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
-    assert "**80.0%** (4/5)" in summary
+    assert "**83.3%** (5/6)" in summary  # abs: 3 dtypes forward, backward, in place
     assert "| no_such_op | * | * | error | no OpInfo of that name |" in summary
