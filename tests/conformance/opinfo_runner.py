@@ -54,7 +54,7 @@ class Verdict:
 
     op: str
     dtype: str
-    direction: str  # "forward", "backward" or "inplace"
+    direction: str  # "forward", "backward", "inplace" or "out"
     status: str  # one of VERDICTS
     detail: str = ""
     samples: int = 0
@@ -345,18 +345,20 @@ def compare(
             if found:
                 return found
         return None
-    if isinstance(expected, torch.device):
-        same = isinstance(actual, torch.device) and (actual.type == "npu") == (
-            expected.type == "cpu"
-        )
-        return (
-            None if same else f"{where}: {actual!r}, expected the npu counterpart of {expected!r}"
-        )
+    if isinstance(expected, (torch.device, str)) and _same_device(expected, actual):
+        return None
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected):
         return None if math.isnan(actual) else f"{where}: {actual!r}, expected nan"
     if type(actual) is not type(expected) or actual != expected:
         return f"{where}: {actual!r}, expected {expected!r}"
     return None
+
+
+def _same_device(expected: Any, actual: Any) -> bool:
+    """Equal, or a CPU device (or device string) and its npu counterpart."""
+    if type(expected) is not type(actual):
+        return False
+    return expected == actual or (str(expected) == "cpu" and str(actual).startswith("npu"))
 
 
 def _describe(value: Any) -> str:
@@ -414,6 +416,46 @@ def _forward_sample(info: Any, sample: Any, inplace: bool = False) -> _Outcome:
 
 def _inplace_sample(info: Any, sample: Any) -> _Outcome:
     return _forward_sample(info, sample, inplace=True)
+
+
+def _empty_like(value: Any, device: str) -> Any:
+    """Uninitialised tensors shaped like the tensors in ``value`` (an ``out=`` argument)."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.shape, dtype=value.dtype, device=device)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_empty_like(v, device) for v in value)
+    raise Unsupported("the op's result cannot be an out= argument")
+
+
+def _out_sample(info: Any, sample: Any) -> _Outcome:
+    """One sample with ``out=`` tensors: the returned values and the out tensors must match."""
+    try:
+        (cpu_inp, cpu_args, cpu_kwargs), (npu_inp, npu_args, npu_kwargs) = sample_sides(sample)
+        shape_of = _call(info.op, *sample_on_host(cpu_inp, cpu_args, cpu_kwargs))
+        cpu_out, npu_out = _empty_like(shape_of, "cpu"), _empty_like(shape_of, "npu")
+    except Unsupported as exc:
+        return _Outcome("skipped", str(exc))
+    except Exception:
+        return _Outcome("skipped", "the sample fails on CPU")
+    cpu_kwargs, npu_kwargs = {**cpu_kwargs, "out": cpu_out}, {**npu_kwargs, "out": npu_out}
+    try:
+        expected = _call(info.op, cpu_inp, cpu_args, cpu_kwargs)
+    except Exception as exc:
+        return _both_raise(info.op, npu_inp, npu_args, npu_kwargs, exc)
+    try:
+        actual = _call(info.op, npu_inp, npu_args, npu_kwargs)
+    except Exception as exc:
+        return _Outcome("error", one_line(exc))
+    metadata_only = info.name in UNDEFINED_VALUES
+    found = compare(expected, actual, metadata_only=metadata_only) or compare(
+        cpu_out, npu_out, "out=", metadata_only=metadata_only
+    )
+    return _Outcome("mismatch", found) if found else _Outcome("pass")
+
+
+def sample_on_host(inp: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """A copy of a CPU-side sample (for a trial call that must not touch the real one)."""
+    return tree_map(_to_cpu, (inp, args, kwargs))
 
 
 def _both_raise(
@@ -487,6 +529,14 @@ def _backward_sample(info: Any, sample: Any) -> _Outcome:
     return _Outcome("mismatch", found) if found else _Outcome("pass")
 
 
+_RUNS = {
+    "forward": _forward_sample,
+    "backward": _backward_sample,
+    "inplace": _inplace_sample,
+    "out": _out_sample,
+}
+
+
 def _samples(info: Any, dtype: torch.dtype, requires_grad: bool) -> Iterable[Any]:
     torch.manual_seed(SEED)
     return info.sample_inputs("npu", dtype, requires_grad=requires_grad)
@@ -510,9 +560,9 @@ def run_case(
             return _skip(verdict, f"no CPU backward for {verdict.dtype}")
     if direction == "inplace" and info.inplace_variant is None:
         return _skip(verdict, "the op has no in-place variant")
-    run = {"forward": _forward_sample, "backward": _backward_sample, "inplace": _inplace_sample}[
-        direction
-    ]
+    if direction == "out" and not info.supports_out:
+        return _skip(verdict, "the op has no out= variant")
+    run = _RUNS[direction]
     skipped: list[str] = []
     try:
         for index, sample in enumerate(_samples(info, dtype, direction == "backward")):
@@ -551,13 +601,16 @@ def backward_dtype(info: Any) -> torch.dtype:
 
 
 def cases(info: Any) -> list[tuple[torch.dtype, str]]:
-    """The (dtype, direction) cases of one op: forward per dtype, backward in float32, and the
-    in-place variant (``x.add_``) in the first forward dtype where the op has one."""
+    """The (dtype, direction) cases of one op: forward per dtype, backward in float32, and in
+    the first forward dtype the in-place variant (``x.add_``) and ``out=`` where the op has
+    them."""
     dtypes = forward_dtypes(info)
     found = [(dtype, "forward") for dtype in dtypes]
     found.append((backward_dtype(info), "backward"))
     if info.inplace_variant is not None:
         found.append((dtypes[0], "inplace"))
+    if info.supports_out:
+        found.append((dtypes[0], "out"))
     return found
 
 

@@ -57,6 +57,10 @@ def test_compare_walks_tuples_lists_and_scalars(npu: SimulatedNpu) -> None:
     assert compare(math.nan, math.nan) is None
     assert compare(3, 4) == "out: 4, expected 3"
     assert compare(torch.device("cpu"), torch.device("npu:0")) is None
+    assert compare({"device": "cpu"}, {"device": "npu"}) is None
+    assert compare(torch.device("cpu"), torch.device("cpu")) is None
+    assert compare(torch.device("npu:0"), torch.device("cpu")) is not None
+    assert compare("mean", "sum") == "out: 'sum', expected 'mean'"
     assert compare(torch.tensor([True, False]), _on_npu(torch.tensor([True, True]))) is not None
 
 
@@ -216,5 +220,5 @@ def test_report_runs_ops_in_a_worker_and_writes_the_summary(tmp_path: Path) -> N
     )
     assert by_case[("no_such_op", "*", "*")] == "error"
     summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
-    assert "**83.3%** (5/6)" in summary  # abs: 3 dtypes forward, backward, in place
+    assert "**85.7%** (6/7)" in summary  # abs: 3 dtypes forward, backward, in place, out=
     assert "| no_such_op | * | * | error | no OpInfo of that name |" in summary
