@@ -165,18 +165,25 @@ def whole_op_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
 class _Unwrapped:
     """Host views of an op's npu arguments, and the npu tensors they came from."""
 
-    __slots__ = ("cpu_seen", "meta", "npu", "views")
+    __slots__ = ("cpu_seen", "meta", "npu", "seen", "views")
 
     def __init__(self, meta: bool) -> None:
         self.meta = meta
         self.npu: list[torch.Tensor] = []
         self.views: list[torch.Tensor] = []
+        #: id of an npu argument -> its host view (the npu tensors stay alive during the call)
+        self.seen: dict[int, torch.Tensor] = {}
         self.cpu_seen = False
 
     def value(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if is_npu_device(v.device):
-                view = host_view(v)
+                # the same npu tensor twice (x.add_(x), logical_and.out(x, y, out=x)) gets the
+                # same host view: CPU kernels check aliasing by identity (an in-place op must
+                # not resize its input)
+                view = self.seen.get(id(v))
+                if view is None:
+                    view = self.seen[id(v)] = host_view(v)
                 self.npu.append(v)
                 self.views.append(view)
                 return view

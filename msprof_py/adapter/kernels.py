@@ -177,6 +177,33 @@ def is_pinned(self: torch.Tensor, device: Any = None) -> bool:
 # ---- registration ------------------------------------------------------------------------
 
 
+#: in-place ops that change metadata or copy (they have kernels or paths of their own)
+_OWN_INPLACE = frozenset(
+    {"squeeze_", "unsqueeze_", "transpose_", "t_", "detach_", "resize_as_", "copy_", "index_put_"}
+)
+
+
+def _runs_whole(name: str) -> bool:
+    """Whether op ``name`` gets the fallback registered directly (instead of decomposing).
+
+    Structured ops would decompose into empty + ``.out``; ops with both a CPU kernel and a
+    composite one (native_layer_norm, silu_backward ...) would decompose differently from CPU;
+    composite in-place ops (``addr_``, ``logical_and_``) call their ``.out`` with ``self`` as
+    ``out``, which CPU kernels recognise by reference, and a boxed call cannot pass a reference:
+    all run whole, so the host computes exactly what CPU computes.
+    """
+    if not name.startswith("aten::"):
+        return False
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    if has_kernel(name, "CompositeExplicitAutogradNonFunctional"):
+        return True
+    explicit = has_kernel(name, "CompositeExplicitAutograd")
+    if has_kernel(name, "CPU"):
+        return explicit or has_kernel(name, "CompositeImplicitAutograd")
+    base = name[len("aten::") :].partition(".")[0]
+    return explicit and base.endswith("_") and not base.startswith("_") and base not in _OWN_INPLACE
+
+
 def register() -> None:
     """Register the fallback and the explicit kernels (once per process)."""
     fallback_lib = torch.library.Library("_", "IMPL")
@@ -186,21 +213,8 @@ def register() -> None:
     impl = torch.library.Library("aten", "IMPL")
     _LIBRARIES.extend([fallback_lib, autocast, impl])
 
-    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
-        # structured ops would decompose into empty + .out; ops with both a CPU kernel and a
-        # composite one (native_layer_norm, silu_backward ...) would decompose differently
-        # from CPU: both run whole, so the host computes exactly what CPU computes
-        whole = name.startswith("aten::") and (
-            has_kernel(name, "CompositeExplicitAutogradNonFunctional")
-            or (
-                has_kernel(name, "CPU")
-                and (
-                    has_kernel(name, "CompositeExplicitAutograd")
-                    or has_kernel(name, "CompositeImplicitAutograd")
-                )
-            )
-        )
+        whole = _runs_whole(name)
         if whole:
             packet, _, overload = name[len("aten::") :].partition(".")
             op = getattr(getattr(aten, packet), overload or "default")

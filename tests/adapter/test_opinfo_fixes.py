@@ -3,6 +3,7 @@ failed before its fix."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from msprof_py.device import SimulatedNpu
@@ -64,3 +65,26 @@ def test_conjugate_and_negative_views_read_and_compute_like_cpu(npu: SimulatedNp
         out = torch.view_as_real(torch.polar(abs_, angle)).sum()
         grads.append([g.cpu() for g in torch.autograd.grad(out, (abs_, angle))])
     assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+
+
+def test_in_place_ops_check_shapes_like_cpu(npu: SimulatedNpu) -> None:
+    # composite in-place ops call their .out with self as out: the fallback got two host views
+    # of self (and a boxed call cannot pass C++'s reference), so CPU's "an in-place op cannot
+    # resize its input" checks did not fire and the npu tensor was resized
+    cases = [
+        (lambda x, y: x.logical_and_(y), (5, 1), (5, 5)),
+        (lambda x, y: x.ldexp_(y), (5, 1), (5, 5)),
+        (lambda x, y: x.addr_(y[0], y[1]), (), (2, 3)),
+    ]
+    for fn, shape, other in cases:
+        errors = []
+        for device in ("cpu", "npu"):
+            x, y = torch.ones(shape, device=device), torch.ones(other, device=device)
+            with pytest.raises(RuntimeError) as raised:
+                fn(x, y)
+            errors.append(str(raised.value).splitlines()[0])
+            assert x.shape == shape
+        assert errors[0] == errors[1]
+    x = torch.arange(4.0)
+    on_npu = x.to("npu")
+    assert torch.equal(on_npu.add_(on_npu).cpu(), x.add_(x))

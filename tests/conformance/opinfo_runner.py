@@ -166,38 +166,73 @@ def leaves(value: Any) -> Iterator[Any]:
         yield value
 
 
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of ``t`` (npu or CPU) with the same sizes, strides and storage offset.
+class _HostCopier:
+    """CPU copies of the tensors of one sample, with their layout and their relations.
 
-    The whole storage is copied, so overlapping (expanded) and offset views keep their layout;
-    conjugate and negative views keep their bits.
+    Each storage is copied whole, once: overlapping (expanded) and offset views keep their
+    layout, tensors that share memory still share it. A leaf that is a view of a tensor
+    requiring grad (OpInfo makes some) stays such a view of the copied base, so autograd sees
+    the same graph. Conjugate and negative bits are kept.
     """
-    source = host_view(t) if t.device.type == "npu" else t
-    storage = source.untyped_storage()
-    count = storage.nbytes() // t.element_size()
-    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (count,), (1,)).clone()
-    copy = flat.as_strided(t.size(), t.stride(), t.storage_offset())
-    if t.is_conj():
-        copy = copy.conj()
-    if t.is_neg():
-        copy = copy._neg_view()
-    if t.requires_grad:
-        copy = copy.detach().requires_grad_(True)
-    return copy
 
+    def __init__(self) -> None:
+        self.storages: dict[int, torch.Tensor] = {}
+        self.tensors: dict[int, torch.Tensor] = {}
 
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided:
-            raise Unsupported(f"{value.layout} input")
-        return _host_copy(value)
-    if isinstance(value, torch.device) and value.type == "npu":
-        return torch.device("cpu")
-    if isinstance(value, str) and value.startswith("npu"):
-        return "cpu"
-    if isinstance(value, torch.Generator):
-        raise Unsupported("explicit torch.Generator argument")
-    return value
+    def tensor(self, t: torch.Tensor) -> torch.Tensor:
+        found = self.tensors.get(id(t))
+        if found is None:
+            found = self.tensors[id(t)] = self._copy(t)
+        return found
+
+    def _flat(self, t: torch.Tensor) -> torch.Tensor:
+        source = host_view(t) if t.device.type == "npu" else t
+        storage = source.untyped_storage()
+        key = t.untyped_storage()._cdata
+        flat = self.storages.get(key)
+        if flat is None or flat.dtype != t.dtype:
+            count = storage.nbytes() // t.element_size()
+            flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (count,), (1,)).clone()
+            self.storages.setdefault(key, flat)
+        return flat
+
+    def _copy(self, t: torch.Tensor) -> torch.Tensor:
+        base = t._base
+        root = None
+        if t.is_leaf and base is not None and base.requires_grad:
+            root = self.tensor(base)
+            if root.is_complex() and not t.is_complex():  # a .real or .imag view
+                root = torch.view_as_real(root)
+            if root.dtype != t.dtype:
+                root = None
+        if root is not None:
+            with torch.no_grad():
+                copy = root.as_strided(t.size(), t.stride(), t.storage_offset())
+        else:
+            copy = self._flat(t).as_strided(t.size(), t.stride(), t.storage_offset())
+            if t.is_conj():
+                copy = copy.conj()
+            if t.is_neg():
+                copy = copy._neg_view()
+        if t.requires_grad and not copy.requires_grad:
+            # a view of the copied base stays one; anything else becomes a leaf of its own
+            # (detach: sharing the storage, but not a view, so later views are views of it)
+            copy = copy.requires_grad_(True) if base is not None else copy.detach().requires_grad_()
+        return copy
+
+    def value(self, value: Any) -> Any:
+        """The CPU counterpart of one leaf of a sample."""
+        if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise Unsupported(f"{value.layout} input")
+            return self.tensor(value)
+        if isinstance(value, torch.device) and value.type == "npu":
+            return torch.device("cpu")
+        if isinstance(value, str) and value.startswith("npu"):
+            return "cpu"
+        if isinstance(value, torch.Generator):
+            raise Unsupported("explicit torch.Generator argument")
+        return value
 
 
 def _is_npu(value: Any) -> bool:
@@ -231,7 +266,7 @@ def sample_sides(sample: Any) -> tuple[tuple[Any, tuple, dict], tuple[Any, tuple
     npu = (sample.input, tuple(sample.args), dict(sample.kwargs))
     if not any(_is_npu(leaf) for leaf in leaves(npu)):
         raise Unsupported("nothing on npu (a sample without npu tensors or device)")
-    return tree_map(_to_cpu, npu), npu
+    return tree_map(_HostCopier().value, npu), npu
 
 
 class Unsupported(Exception):
@@ -455,7 +490,7 @@ def _out_sample(info: Any, sample: Any) -> _Outcome:
 
 def sample_on_host(inp: Any, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
     """A copy of a CPU-side sample (for a trial call that must not touch the real one)."""
-    return tree_map(_to_cpu, (inp, args, kwargs))
+    return tree_map(_HostCopier().value, (inp, args, kwargs))
 
 
 def _both_raise(
