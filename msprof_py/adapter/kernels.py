@@ -183,17 +183,24 @@ _OWN_INPLACE = frozenset(
 )
 
 
+#: composites that refuse devices other than CPU, CUDA and XPU ("mode only supports CPU ...")
+_DEVICE_CHECKED = frozenset({"aten::mode.values"})
+
+
 def _runs_whole(name: str) -> bool:
     """Whether op ``name`` gets the fallback registered directly (instead of decomposing).
 
     Structured ops would decompose into empty + ``.out``; ops with both a CPU kernel and a
     composite one (native_layer_norm, silu_backward ...) would decompose differently from CPU;
     composite in-place ops (``addr_``, ``logical_and_``) call their ``.out`` with ``self`` as
-    ``out``, which CPU kernels recognise by reference, and a boxed call cannot pass a reference:
-    all run whole, so the host computes exactly what CPU computes.
+    ``out``, which CPU kernels recognise by reference, and a boxed call cannot pass a reference;
+    a few composites check the device type: all run whole, so the host computes exactly what
+    CPU computes.
     """
     if not name.startswith("aten::"):
         return False
+    if name in _DEVICE_CHECKED:
+        return True
     has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     if has_kernel(name, "CompositeExplicitAutogradNonFunctional"):
         return True

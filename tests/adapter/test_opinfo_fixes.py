@@ -88,3 +88,14 @@ def test_in_place_ops_check_shapes_like_cpu(npu: SimulatedNpu) -> None:
     x = torch.arange(4.0)
     on_npu = x.to("npu")
     assert torch.equal(on_npu.add_(on_npu).cpu(), x.add_(x))
+
+
+def test_mode_with_out_tensors(npu: SimulatedNpu) -> None:
+    # mode.values is a composite that refused any device but CPU, CUDA and XPU
+    x = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
+    expected = torch.mode(x, 1)
+    values = torch.empty(2, device="npu")
+    indices = torch.empty(2, dtype=torch.int64, device="npu")
+    torch.mode(x.to("npu"), 1, out=(values, indices))
+    assert torch.equal(values.cpu(), expected.values)
+    assert torch.equal(indices.cpu(), expected.indices)

@@ -403,10 +403,19 @@ def _describe(value: Any) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``, shortened."""
+    """``Type: first line of the message``, shortened; with the innermost msprof_py frame for
+    errors raised in the backend's own Python code (KeyError ...)."""
     text = str(exc).strip().splitlines()
     line = f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-    return line if len(line) <= _ERROR_WIDTH else line[: _ERROR_WIDTH - 3] + "..."
+    line = line if len(line) <= _ERROR_WIDTH else line[: _ERROR_WIDTH - 3] + "..."
+    where = [
+        f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if "msprof_py" in frame.filename
+    ]
+    if where and not isinstance(exc, (RuntimeError, NotImplementedError)):
+        line += f" (at {where[-1]})"
+    return line
 
 
 # ---- running -----------------------------------------------------------------------------
