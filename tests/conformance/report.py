@@ -6,7 +6,9 @@
 The ops run in a worker process that appends one JSON line per case to ``results.jsonl``; if
 the worker dies (a crash in a kernel, say), the op it was running is recorded as an error and a
 new worker carries on with the next op. A case that runs longer than ``--case-timeout`` seconds
-is an error too. At the end ``summary.md`` (counts per verdict, pass rate, a table of the
+is an error too; ``--resume`` keeps the results of an earlier run (and only runs what is
+missing), so it also re-summarizes a finished run against the current list of known
+differences. At the end ``summary.md`` (counts per verdict, pass rate, a table of the
 mismatches and errors with their reasons) and ``results.json`` are written to ``--output``.
 
 The pass rate is passed / (passed + mismatches + errors): skipped cases (a dtype CPU does not
@@ -148,6 +150,16 @@ def run_all(
     return [r for r in _read(results) if "status" in r]
 
 
+def annotate(records: list[dict[str, Any]]) -> None:
+    """Mark each record with the current known_differences.yaml (a --resume re-reads it)."""
+    from tests.conformance.opinfo_runner import known_entry
+
+    for record in records:
+        entry = known_entry(record["op"], record["dtype"], record["direction"])
+        record["known"] = entry.reason if entry is not None else ""
+        record["flaky"] = entry.flaky if entry is not None else False
+
+
 def summarize(records: list[dict[str, Any]], command: str) -> str:
     """The markdown summary of verdict records."""
     counts = Counter(r["status"] for r in records)
@@ -215,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = [info.full_name for info in op_db]
     start = time.perf_counter()
     records = run_all(ops, output, args.case_timeout, args.max_samples, fresh=not args.resume)
+    annotate(records)
     command = "python -m tests.conformance.report " + " ".join(argv or sys.argv[1:])
     summary = summarize(records, command.strip())
     summary += f"\nWall time: {time.perf_counter() - start:.0f} s.\n"

@@ -27,12 +27,8 @@ FAST_OPS = (
     "tanh",
     "sin",
     "erf",
-    "reciprocal",
-    "floor",
-    "sign",
     "sgn",
     "clamp",
-    "nan_to_num",
     # elementwise binary and ternary
     "add",
     "sub",
@@ -40,35 +36,25 @@ FAST_OPS = (
     "div.no_rounding_mode",
     "pow",
     "maximum",
-    "fmod",
     "eq",
-    "lt",
     "addcmul",
-    "addcdiv",
-    "lerp",
     "where",
-    "xlogy",
     # reductions and scans
     "sum",
     "mean",
     "amax",
     "argmax",
-    "prod",
     "var",
-    "std",
     "logsumexp",
     "cumsum",
     "max.reduction_with_dim",
-    "any",
     "linalg.vector_norm",
     # matmul and linalg basics
     "mm",
     "bmm",
     "matmul",
     "addmm",
-    "baddbmm",
     "einsum",
-    "outer",
     "linalg.inv",
     # indexing, scatter, gather
     "index_select",
@@ -78,8 +64,6 @@ FAST_OPS = (
     "index_add",
     "index_put",
     "masked_fill",
-    "masked_select",
-    "take",
     "__getitem__",
     "nonzero",
     # shape ops
@@ -87,20 +71,14 @@ FAST_OPS = (
     "view",
     "permute",
     "transpose",
-    "squeeze",
-    "unsqueeze",
-    "flatten",
     "expand",
     "repeat",
     "flip",
     "roll",
-    "chunk",
     "split",
-    "narrow",
     "tril",
     "cat",
     "stack",
-    "unbind",
     # nn.functional
     "nn.functional.linear",
     "nn.functional.conv1d",
@@ -117,13 +95,10 @@ FAST_OPS = (
     "nn.functional.nll_loss",
     "nn.functional.mse_loss",
     "nn.functional.binary_cross_entropy_with_logits",
-    "nn.functional.smooth_l1_loss",
     "nn.functional.relu",
     "nn.functional.gelu",
     "nn.functional.silu",
     "nn.functional.leaky_relu",
-    "nn.functional.softplus",
-    "nn.functional.hardtanh",
     "nn.functional.dropout",
     "nn.functional.embedding",
     "nn.functional.pad.constant",
@@ -134,7 +109,6 @@ FAST_OPS = (
     # sorting
     "sort",
     "topk",
-    "argsort",
     # factories and random ops
     "arange",
     "zeros_like",
@@ -145,12 +119,12 @@ FAST_OPS = (
 
 #: the first samples of each case (a few ops have hundreds: max_pool2d has 1440); the slow
 #: suite runs them all
-MAX_SAMPLES = 12
+MAX_SAMPLES = 16
 
 
 @pytest.mark.parametrize("name", FAST_OPS)
 def test_op_matches_cpu_bitwise(npu: SimulatedNpu, name: str) -> None:
-    verdicts = run_op(op_db()[name], max_samples=MAX_SAMPLES)
+    verdicts = run_op(op_db()[name], max_samples=MAX_SAMPLES, tracked=False)
     assert any(v.status == "pass" for v in verdicts), [f"{v.key}: {v.detail}" for v in verdicts]
     failures = unexpected(verdicts)
     assert not failures, failures
