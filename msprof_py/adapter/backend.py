@@ -60,7 +60,8 @@ class OpPlan:
     #: for each return: the index into ``writes`` it aliases, or None for a fresh tensor
     returns_alias: tuple[int | None, ...]
     returns_value: bool
-    #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python scalars)
+    #: positions of Tensor arguments (the boxed call hands wrapped numbers over as Python
+    #: scalars) the op cannot take a number for
     tensor_args: tuple[int, ...] = ()
     host_call: Callable[..., Any] | None = None
     #: shapes-only replacement for a slow meta kernel (see :mod:`msprof_py.adapter.meta_shapes`)
@@ -114,8 +115,13 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         not isinstance(r.type, (torch.TensorType, torch.ListType, torch.OptionalType))
         for r in schema.returns
     )
+    # ops torch lets take numbers for tensors (add, sub, mul, div ...) wrap a Python number
+    # themselves, exactly as the caller did; others get it rebuilt as a 0-dim tensor
+    wraps_numbers = torch._C._should_allow_numbers_as_tensors(base.split(".", 1)[0])
     tensor_args = tuple(
-        i for i, a in enumerate(schema.arguments) if isinstance(a.type, torch.TensorType)
+        i
+        for i, a in enumerate(schema.arguments)
+        if isinstance(a.type, torch.TensorType) and not wraps_numbers
     )
     return OpPlan(
         op,
@@ -164,18 +170,25 @@ def whole_op_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
 class _Unwrapped:
     """Host views of an op's npu arguments, and the npu tensors they came from."""
 
-    __slots__ = ("cpu_seen", "meta", "npu", "views")
+    __slots__ = ("cpu_seen", "meta", "npu", "seen", "views")
 
     def __init__(self, meta: bool) -> None:
         self.meta = meta
         self.npu: list[torch.Tensor] = []
         self.views: list[torch.Tensor] = []
+        #: id of an npu argument -> its host view (the npu tensors stay alive during the call)
+        self.seen: dict[int, torch.Tensor] = {}
         self.cpu_seen = False
 
     def value(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if is_npu_device(v.device):
-                view = host_view(v)
+                # the same npu tensor twice (x.add_(x), logical_and.out(x, y, out=x)) gets the
+                # same host view: CPU kernels check aliasing by identity (an in-place op must
+                # not resize its input)
+                view = self.seen.get(id(v))
+                if view is None:
+                    view = self.seen[id(v)] = host_view(v)
                 self.npu.append(v)
                 self.views.append(view)
                 return view

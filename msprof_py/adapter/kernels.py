@@ -54,6 +54,18 @@ def empty_strided(
     return new_tensor(size, stride, dtype, runtime.state(), "aten::empty_strided")
 
 
+def efficient_zero_tensor(
+    size: list[int],
+    dtype: torch.dtype | None = None,
+    layout: Any = None,
+    device: Any = None,
+    pin_memory: bool | None = None,
+) -> torch.Tensor:
+    """``aten::_efficientzerotensor`` (autograd's zero gradient, e.g. of ``sgn`` of real inputs):
+    plain zeros on npu. CPU's version has no storage, so a host view of it cannot be read."""
+    return torch.zeros(size, dtype=dtype or torch.get_default_dtype(), device="npu")
+
+
 # ---- copies ------------------------------------------------------------------------------
 
 
@@ -200,6 +212,40 @@ def is_pinned(self: torch.Tensor, device: Any = None) -> bool:
 # ---- registration ------------------------------------------------------------------------
 
 
+#: in-place ops that change metadata or copy (they have kernels or paths of their own)
+_OWN_INPLACE = frozenset(
+    {"squeeze_", "unsqueeze_", "transpose_", "t_", "detach_", "resize_as_", "copy_", "index_put_"}
+)
+
+
+#: composites that refuse devices other than CPU, CUDA and XPU ("mode only supports CPU ...")
+_DEVICE_CHECKED = frozenset({"aten::mode.values"})
+
+
+def _runs_whole(name: str) -> bool:
+    """Whether op ``name`` gets the fallback registered directly (instead of decomposing).
+
+    Structured ops would decompose into empty + ``.out``; ops with both a CPU kernel and a
+    composite one (native_layer_norm, silu_backward ...) would decompose differently from CPU;
+    composite in-place ops (``addr_``, ``logical_and_``) call their ``.out`` with ``self`` as
+    ``out``, which CPU kernels recognise by reference, and a boxed call cannot pass a reference;
+    a few composites check the device type: all run whole, so the host computes exactly what
+    CPU computes.
+    """
+    if not name.startswith("aten::"):
+        return False
+    if name in _DEVICE_CHECKED:
+        return True
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    if has_kernel(name, "CompositeExplicitAutogradNonFunctional"):
+        return True
+    explicit = has_kernel(name, "CompositeExplicitAutograd")
+    if has_kernel(name, "CPU"):
+        return explicit or has_kernel(name, "CompositeImplicitAutograd")
+    base = name[len("aten::") :].partition(".")[0]
+    return explicit and base.endswith("_") and not base.startswith("_") and base not in _OWN_INPLACE
+
+
 def register() -> None:
     """Register the fallback and the explicit kernels (once per process)."""
     fallback_lib = torch.library.Library("_", "IMPL")
@@ -209,22 +255,8 @@ def register() -> None:
     impl = torch.library.Library("aten", "IMPL")
     _LIBRARIES.extend([fallback_lib, autocast, impl])
 
-    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
     for name in torch._C._dispatch_get_all_op_names():
-        # structured ops would decompose into empty + .out; ops with both a CPU kernel and a
-        # composite one (native_layer_norm, mish_backward, silu_backward ...) would decompose
-        # differently from CPU: both run whole, so the host computes exactly what CPU computes
-        # (and autograd treats them as it does on CPU, where the CPU kernel wins too)
-        whole = name.startswith("aten::") and (
-            has_kernel(name, "CompositeExplicitAutogradNonFunctional")
-            or (
-                has_kernel(name, "CPU")
-                and (
-                    has_kernel(name, "CompositeExplicitAutograd")
-                    or has_kernel(name, "CompositeImplicitAutograd")
-                )
-            )
-        )
+        whole = _runs_whole(name)
         if whole:
             packet, _, overload = name[len("aten::") :].partition(".")
             op = getattr(getattr(aten, packet), overload or "default")
@@ -233,6 +265,7 @@ def register() -> None:
     explicit = {
         "empty.memory_format": empty_memory_format,
         "empty_strided": empty_strided,
+        "_efficientzerotensor": efficient_zero_tensor,
         "_copy_from": copy_from,
         "_copy_from_and_resize": copy_from_and_resize,
         "_to_copy": to_copy,
@@ -241,6 +274,12 @@ def register() -> None:
     }
     for name, fn in explicit.items():
         impl.impl(name, fn, "PrivateUse1")
+    # copies read conjugate and negative views themselves (host_view keeps the bits): torch's
+    # fallback for those bits would materialise the source with clone, which copies with
+    # _copy_from again, without end
+    for name in ("_copy_from", "_copy_from_and_resize"):
+        for key in ("Conjugate", "Negative"):
+            impl.impl(name, torch.library.fallthrough_kernel, key)
 
     forward = aten.convolution_overrideable.default
     backward = aten.convolution_backward_overrideable.default

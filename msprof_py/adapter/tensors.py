@@ -66,13 +66,19 @@ _EMPTY_HOST: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
 def host_view(t: torch.Tensor) -> torch.Tensor:
-    """A CPU (or meta) tensor aliasing ``t``'s values with ``t``'s sizes, strides and offset."""
+    """A CPU (or meta) tensor aliasing ``t``'s values with ``t``'s sizes, strides and offset,
+    and its conjugate and negative bits (``z.conj()`` is a lazy view: same bytes, one bit)."""
     storage = backing_storage(t)
     key = (t.dtype, storage.device)
     template = _EMPTY_HOST.get(key)
     if template is None:
         template = _EMPTY_HOST[key] = torch.empty(0, dtype=key[0], device=key[1])
-    return template.new_empty(0).set_(storage, t.storage_offset(), t.size(), t.stride())
+    view = template.new_empty(0).set_(storage, t.storage_offset(), t.size(), t.stride())
+    if t.is_conj():
+        view = view._conj()
+    if t.is_neg():
+        view = view._neg_view()
+    return view
 
 
 def reserve(nbytes: int, state: AdapterState, tag: str) -> Block:
@@ -149,6 +155,10 @@ def adopt(
             result.shape,
             result.stride(),
         )
+    if result.is_conj():  # the bytes are the conjugate's: keep the lazy bit
+        out = out._conj()
+    if result.is_neg():
+        out = out._neg_view()
     return out
 
 
