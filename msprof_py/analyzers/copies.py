@@ -126,7 +126,15 @@ def summary(
     copies = copy_tasks(data)
     if not value_reads:
         copies = copies[~copies["value_read"]]
-    busy = intervals.total(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
+    # copy time inside the analysed step windows (a copy may run on past its step's window)
+    cover = intervals.Coverage(copies["start_ns"].to_numpy(), copies["end_ns"].to_numpy())
+    steps = data.steps
+    if len(steps):
+        lo = steps["dev_start_ns"].to_numpy(dtype="int64")
+        hi = steps["dev_end_ns"].to_numpy(dtype="int64")
+        busy = int(cover.within(lo, hi).sum())
+    else:
+        busy = cover.total
     hidden = int(copies["hidden_ns"].sum())
     total = int(copies["duration_ns"].sum())
     pageable = copies[~copies["pinned"].astype(bool) & copies["direction"].isin(("H2D", "D2H"))]
@@ -140,7 +148,8 @@ def summary(
         "copy_ratio": busy / step if step else 0.0,
         "hidden_ns": hidden,
         "exposed_ns": total - hidden,
-        "exposed_ratio": (total - hidden) / step if step else 0.0,
+        # copies that overlap each other are exposed once: at most the copy time in the steps
+        "exposed_ratio": min(total - hidden, busy) / step if step else 0.0,
         "exposed_per_step_ns": (total - hidden) / data.n_steps,
         "pageable_count": len(pageable),
         "pageable_ns": int(pageable["duration_ns"].sum()),

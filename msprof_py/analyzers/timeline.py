@@ -225,7 +225,9 @@ def idle_gaps(data: RankData) -> pd.DataFrame:
     work = every.loc[every["kind"].isin(WORK_KINDS), ["task_id", "launch_ns", "start_ns", "end_ns"]]
     g_s, g_e = _in_windows(intervals.difference((lo, hi), _spans(work)), lo, hi)
     free = _in_windows(intervals.difference((lo, hi), _busy(sections(every))), lo, hi)
-    c_s, c_e = intervals.difference(free, (g_s, g_e))  # free, a copy running: not idle
+    # free, a copy running: not idle (cut at the window edges again: the difference merges
+    # spans that touch across two steps' windows)
+    c_s, c_e = _in_windows(intervals.difference(free, (g_s, g_e)), lo, hi)
     step_idx = intervals.assign(g_s, lo, hi)
     ok = step_idx >= 0
     g_s, g_e, step_idx = g_s[ok], g_e[ok], step_idx[ok]

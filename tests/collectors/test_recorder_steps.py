@@ -17,6 +17,12 @@ class Rows:
     def append(self, table: str, row: tuple) -> None:
         self.rows.setdefault(table, []).append(row)
 
+    def flush(self) -> None:
+        """The recorder flushes at the first step and then when due: nothing to do here."""
+
+    def flush_if_due(self) -> None:
+        """See :meth:`flush`."""
+
 
 def steps_of(marks: list[tuple[str, int]], steps_from: str = "optimizer") -> list[tuple]:
     """The step rows (without the optimizer index) the marks make."""
