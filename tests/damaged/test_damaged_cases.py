@@ -210,16 +210,20 @@ def test_partial_profile_drops_an_unlisted_half_written_chunk(copy_of, pristine)
     run = copy_of()
     info = _as_killed(run)
     whole = _part(run).read_bytes()
-    second = run / RAW / "tasks-00001.parquet"  # written after the last meta.json update
+    # the next part, written after the last meta.json update (the recorder flushes at the
+    # first step and then every second, so the pristine run may hold several parts already)
+    listed = len(info["parts"]["tasks"])
+    second = run / RAW / f"tasks-{listed:05d}.parquet"
     second.write_bytes(whole[: len(whole) // 2])
     (run / RAW / "memory-00001.parquet.tmp").write_bytes(b"PAR1 half")
     with pytest.warns(UserWarning) as caught:
         profile = load(run)
     assert profile.partial
     said = " ".join(str(w.message) for w in caught)
-    assert "tasks-00001.parquet" in said and "dropped" in said
+    assert second.name in said and "dropped" in said
     assert "memory-00001.parquet.tmp" in said
-    assert len(profile.tasks) == info["parts"]["tasks"][0]["rows"]  # up to the last whole one
+    whole_rows = sum(part["rows"] for part in info["parts"]["tasks"])
+    assert len(profile.tasks) == whole_rows  # up to the last whole one
     assert profile.tasks.equals(load(pristine["a"]).tasks)
 
 
@@ -437,4 +441,6 @@ def test_the_application_dies_with_a_killed_msprof(tmp_path: Path) -> None:
     # normally "terminated" (SIGTERM ran the exit path); if the signal landed where Python
     # could not run the handler in time, the profile is partial but still loads
     assert profile.meta[0]["status"] in ("terminated", "running"), profile.meta[0]["status"]
-    assert len(profile.tasks) > 0
+    # the rows are there, or the signal cut the chunk being written (then it is dropped,
+    # and said so)
+    assert len(profile.tasks) > 0 or any("dropped" in str(w) for w in profile.warnings)
