@@ -36,10 +36,14 @@ _CLOCK_EVERY = 4096
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
     """Write ``table`` to ``part`` atomically; return what ``meta.json`` lists of it."""
     tmp = part.with_name(part.name + ".tmp")
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f, write_page_checksum=True)
-        f.flush()
-        os.fsync(f.fileno())
+    # written by path, not through a Python file object: no Python callback runs inside
+    # pyarrow's C++ writer, so a signal handler (SIGTERM's SystemExit) never fires there
+    pq.write_table(table, str(tmp), write_page_checksum=True)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     crc = 0
     with open(tmp, "rb") as f:
         while block := f.read(1 << 20):
