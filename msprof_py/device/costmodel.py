@@ -1,7 +1,7 @@
 """How long a task takes on the simulated device: roofline kernels, copies and TransData.
 
 Kernel time = device scheduling overhead + max(cube time, vector time, memory time)
-(reference: shared/reference/npu-device-facts.md section 9). Vector time is
+(the CANN tiling and roofline rules the presets' sources describe). Vector time is
 ``waves x (repeats / block_dim) / clock / efficiency`` with ``waves = ceil(block_dim / cores)``,
 so a kernel with one block more than there are cores takes two waves. Cube time comes from a
 tiling (:func:`gemm_tiling`): base tiles, split-K for narrow outputs, per-block pipe rates
