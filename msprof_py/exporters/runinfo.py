@@ -52,6 +52,9 @@ def _epoch_ns(moment: dt.datetime) -> int:
 
 #: the wall-clock origin of ``--deterministic`` runs' timestamps
 DETERMINISTIC_START = dt.datetime(2000, 1, 1)
+#: ``--deterministic`` runs export the logical process id ``DETERMINISTIC_PID + rank`` (not the
+#: OS pid, different in every run), so their traces are byte-identical from run to run
+DETERMINISTIC_PID = 1
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class RunInfo:
         meta = profile.meta[rank]
         start = _parse_time(meta.get("start_time")) or dt.datetime(1970, 1, 1)
         end = _parse_time(meta.get("end_time")) or start
-        if meta.get("deterministic"):  # timestamps must not depend on when the run happened
+        pid = int(meta.get("pid", 0) or 0)
+        if meta.get("deterministic"):  # nothing exported may depend on when or as what it ran
             start = end = DETERMINISTIC_START
+            pid = DETERMINISTIC_PID + int(rank)
         env = meta.get("env") or {}
         try:
             device_id = int(env.get("LOCAL_RANK", rank))
@@ -89,7 +94,7 @@ class RunInfo:
         return cls(
             rank=int(rank),
             world_size=int(meta.get("world_size", 1) or 1),
-            pid=int(meta.get("pid", 0) or 0),
+            pid=pid,
             hostname=str(meta.get("hostname", "localhost")),
             device_id=device_id % HOST_DEVICE_ID,  # 5 bits in the pid encoding, 31 = host
             base_ns=_epoch_ns(start),

@@ -172,18 +172,23 @@ def test_iteration_window(tmp_path: Path) -> None:
 
 def test_deterministic_runs_give_identical_tables(tmp_path: Path) -> None:
     script = _script(tmp_path, TRAIN.format(steps=2))
-    tables, raw = [], []
+    tables, raw, exported = [], [], []
     for out in ("a", "b"):
         result = _msprof("--deterministic", f"--output={out}", "python", str(script), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        profile = msprof_py.load(_run_folder(tmp_path / out))
+        run = _run_folder(tmp_path / out)
+        profile = msprof_py.load(run)
         tables.append((profile.tasks, profile.host_events))
-        chunks = sorted(_run_folder(tmp_path / out).rglob("msprof_raw/*.parquet"))
+        chunks = sorted(run.rglob("msprof_raw/*.parquet"))
         raw.append({p.name: p.read_bytes() for p in chunks})
+        outputs = sorted(next(run.rglob("ASCEND_PROFILER_OUTPUT")).iterdir())
+        exported.append({p.name: p.read_bytes() for p in outputs})
     assert tables[0][0].equals(tables[1][0])
     assert tables[0][1].equals(tables[1][1])  # logical thread ids, not OS ones
     assert set(tables[0][1]["thread"]) <= {0, 1, 2, 3}
     assert raw[0] == raw[1]  # the raw tables are byte-identical
+    assert "trace_view.json" in exported[0]
+    assert exported[0] == exported[1]  # and so are the exports (logical pid, fixed clock)
 
 
 @pytest.mark.parametrize(
