@@ -31,6 +31,7 @@ import torch
 import msprof_py
 from msprof_py import adapter
 from msprof_py.adapter import runtime, steps
+from msprof_py.collectors import orphans
 from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
 from msprof_py.profile.schema import FORMAT_VERSION, RAW_DIR
@@ -115,6 +116,7 @@ class Session:
         #: one of many sessions in this process (no exit handlers; hooks removed on stop)
         self.in_process = in_process
         self.pid = os.getpid()
+        self._launcher_pid = os.getppid()
         self.run_dir = Path(config.output).resolve() / run_dir_name(pid=self.pid)
         self.status = "running"
         self.recorder: Recorder | None = None
@@ -275,6 +277,8 @@ class Session:
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.status = "terminated"
+        if orphans.orphaned(self._launcher_pid):  # msprof died: its grandchildren stop too
+            orphans.terminate_children(signum)
         raise SystemExit(128 + signum)
 
     def _disable_in_child(self) -> None:

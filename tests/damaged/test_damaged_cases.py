@@ -387,11 +387,14 @@ def test_file_names_from_recorded_values_stay_in_the_folder() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_the_application_dies_with_a_killed_msprof(tmp_path: Path) -> None:
-    """SIGKILL msprof itself: the script it launched gets SIGTERM, so it stops and flushes."""
+    """SIGKILL msprof itself: the script it launched gets SIGTERM, so it stops and flushes,
+    and a process the script started stops with it."""
     script = tmp_path / "train.py"
-    flag = tmp_path / "ready"
+    flag, helper_flag = tmp_path / "ready", tmp_path / "helper"
     script.write_text(
-        "import time, pathlib, torch\n"
+        "import time, pathlib, subprocess, sys, torch\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"pathlib.Path({str(helper_flag)!r}).write_text(str(helper.pid))\n"
         "x = torch.ones(4, device='npu')\n"
         "for i in range(3):\n"
         "    (x * 2).sum().item()\n"
@@ -427,6 +430,17 @@ def test_the_application_dies_with_a_killed_msprof(tmp_path: Path) -> None:
         else:
             os.kill(child, signal.SIGKILL)
             pytest.fail("the script trains on after msprof was killed")
+        helper = int(helper_flag.read_text())
+        for _ in range(300):
+            try:
+                os.kill(helper, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            status = Path(f"/proc/{helper}/status").read_text()
+            os.kill(helper, signal.SIGKILL)
+            pytest.fail(f"a process the script started runs on after msprof was killed: {status}")
     finally:
         if launcher.poll() is None:
             launcher.kill()
