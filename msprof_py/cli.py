@@ -183,6 +183,16 @@ def cli(ctx: click.Context, application: str | None, **options: object) -> None:
             )
         return
     if application is None:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ctx.params
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if given:  # options for a run, but nothing to run: a usage error, not help
+            raise click.UsageError(
+                f"{given[0]} given but no application to profile (put it after the options: "
+                "msprof --output=out python train.py)"
+            )
         click.echo(ctx.get_help())
         return
     from msprof_py.collectors.launcher import split_application

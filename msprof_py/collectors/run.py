@@ -47,8 +47,13 @@ def new_run_folder(output: Path) -> Path:
             candidate.mkdir(parents=True)
             return candidate
         except FileExistsError:
+            if not output.is_dir():  # a file where a parent folder should be
+                raise LaunchError(f"cannot create --output {output}: a parent is a file") from None
             candidate = output / f"msprof_{stamp}_{suffix}"
             suffix += 1
+        except OSError as exc:  # a path under a file, /proc, no permission, a full disk
+            why = exc.strerror or _reason(exc)
+            raise LaunchError(f"cannot create --output {output}: {why}") from None
 
 
 def _ended(exit_code: int) -> str:

@@ -22,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,8 @@ from msprof_py.profile.writer import RawWriter
 
 #: environment variable through which the launcher hands the config to the bootstrap
 CONFIG_ENV = "MSPROF_PY_CONFIG"
+#: a second SIGINT this soon after the first is the same interrupt (see Session._on_sigint)
+SIGINT_REPEAT_S = 0.5
 #: environment variables recorded in the run metadata (those that change what a run does)
 RECORDED_ENV = (
     "RANK",
@@ -124,6 +127,7 @@ class Session:
         self._previous_excepthook = sys.excepthook
         self._hooks: list[Any] = []
         self._restore: list[Any] = []  # undo the patches of the hooks (in-process mode)
+        self._last_sigint = -SIGINT_REPEAT_S
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -184,6 +188,8 @@ class Session:
         sys.excepthook = self._excepthook
         with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._on_sigint)
         os.register_at_fork(after_in_child=self._disable_in_child)
         self._wrap_os_exit()
         return self
@@ -272,6 +278,17 @@ class Session:
             self.status = "exception"
         self.stop(self.status)
         self._previous_excepthook(kind, value, tb)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """Ctrl-C as Python has it (``KeyboardInterrupt``), once per interrupt: a SIGINT sent
+        to the process group reaches this process directly and again through msprof, which
+        forwards what it gets (as torchrun does); the second copy, within
+        :data:`SIGINT_REPEAT_S`, would cut the first one's flush short."""
+        now = time.monotonic()
+        if now - self._last_sigint < SIGINT_REPEAT_S:
+            return
+        self._last_sigint = now
+        raise KeyboardInterrupt
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.status = "terminated"
