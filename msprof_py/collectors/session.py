@@ -156,6 +156,11 @@ class Session:
             "warmup": cfg.warmup,
             "iteration": cfg.iteration,
             "steps_from": cfg.steps_from,
+            # what was recorded (msprof --task-time, --sys-hardware-mem, --ascendcl): an
+            # empty table then means "nothing happened", not "not asked for"
+            "record_tasks": cfg.task_time,
+            "record_memory": cfg.sys_hardware_mem,
+            "record_api": cfg.ascendcl,
             "rank": rank,
             "world_size": world,
             "hostname": socket.gethostname(),
