@@ -42,10 +42,17 @@ class _MsprofGroup(click.Group):
                 raise CliError(" ".join(str(exc).split())) from None
 
 
+_SHOWN: set[str] = set()
+
+
 def _show_profile_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
-    """Profile warnings as one line on stderr (others as Python shows them)."""
+    """Profile warnings as one line on stderr, each once (a run loads its profile for every
+    output it writes); others as Python shows them."""
     if issubclass(category, ProfileWarning):
-        click.echo(f"msprof: warning: {' '.join(str(message).split())}", err=True)
+        text = " ".join(str(message).split())
+        if text not in _SHOWN:
+            _SHOWN.add(text)
+            click.echo(f"msprof: warning: {text}", err=True)
         return
     _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 

@@ -102,6 +102,8 @@ class ProfileRun:
         self.report: Path | None = None
         #: the Chrome/Perfetto trace written (None: not asked for, or it failed)
         self.trace: Path | None = None
+        #: rank -> how its recording ended (completed, killed ...)
+        self.statuses: dict[int, str] = {}
         self.analysis: Analysis | None = None
         self.exit_code = 0
         #: ``--warmup``/``--iteration`` asked for steps the application did not run (why)
@@ -276,6 +278,7 @@ class ProfileRun:
                 "holds what was written up to then (a partial profile)",
                 file=sys.stderr,
             )
+        self.statuses[int(meta.get("rank", 0))] = str(meta.get("status", "running"))
         try:
             write_meta_file(meta_path, meta)
         except OSError as exc:  # a full disk: the recorded meta.json stays as it was
@@ -306,4 +309,5 @@ class ProfileRun:
             self.report,
             trace=self.trace,
             ascend="ascend" in self.options.export,
+            statuses=self.statuses,
         )

@@ -94,8 +94,12 @@ def print_run_summary(
     *,
     trace: Path | None = None,
     ascend: bool = True,
+    statuses: dict[int, str] | None = None,
 ) -> None:
-    """Where the profile is and its headline numbers (the same as ``msprof analyze``'s)."""
+    """Where the profile is and its headline numbers (the same as ``msprof analyze``'s).
+
+    ``statuses``: each rank's status, for a run whose analysis failed (else the analysis has
+    them)."""
     console = console or summary_console()
 
     def say(text: str) -> None:
@@ -124,20 +128,18 @@ def print_run_summary(
         outputs.append(f"report: {terminal(report)}")
     if outputs:
         say("  " + "; ".join(outputs))
+    status = dict(analysis.profile.get("status") or {}) if analysis else dict(statuses or {})
+    if status:
+        say(
+            f"  {ranks_text(sorted(status))}   {terminal(status_text(status))}   "
+            f"exit code {exit_code}"
+        )
+    if any(s in UNFINISHED for s in status.values()):
+        say("  the recorder never finished: the profile holds what was written up to then")
     if analysis is None:
-        say(f"  exit code {exit_code} (no analysis: see the message above)")
+        say(f"  exit code {exit_code}: no analysis (see the message above)")
         return
     info = analysis.profile
-    status = dict(info.get("status") or {})
-    say(
-        f"  {ranks_text(list(info['ranks']))}   {terminal(status_text(status))}   "
-        f"exit code {exit_code}"
-    )
-    if any(s in UNFINISHED for s in status.values()):
-        say(
-            "  partial: killed: the recorder never finished; the profile holds what was "
-            "written up to then"
-        )
     if not info.get("tasks"):
         say(
             "  the application never used the npu device: no device work was recorded "
