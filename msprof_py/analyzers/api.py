@@ -208,6 +208,7 @@ def _profile_info(
     choice = focus.choice
     return {
         "path": str(profile.path),
+        "command": meta.get("command"),
         "ranks": profile.ranks,
         "focus_rank": focus.rank,
         "device": meta.get("device"),
