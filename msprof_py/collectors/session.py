@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ from msprof_py.profile.writer import RawWriter
 CONFIG_ENV = "MSPROF_PY_CONFIG"
 #: a second SIGINT this soon after the first is the same interrupt (see Session._on_sigint)
 SIGINT_REPEAT_S = 0.5
+#: the start of torch.compile's warning about global module hooks (matched exactly)
+COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 #: environment variables recorded in the run metadata (those that change what a run does)
 RECORDED_ENV = (
     "RANK",
@@ -327,11 +330,16 @@ class Session:
             steps.mark_step(f"optimizer#{index}")
 
         def enter_module(module: Any, args: Any) -> None:
-            recorder.module_stack.append(type(module).__name__)
+            if not _is_compiled_wrapper(module):  # the compiled module's own call: no level
+                recorder.module_stack.append(type(module).__name__)
 
         def leave_module(module: Any, args: Any, output: Any) -> None:
-            if recorder.module_stack:
+            if recorder.module_stack and not _is_compiled_wrapper(module):
                 recorder.module_stack.pop()
+
+        # torch.compile(module) warns that global module hooks fire once more for the
+        # OptimizedModule wrapper: these hooks skip it, so module paths stay as in eager mode
+        warnings.filterwarnings("ignore", message=COMPILE_HOOKS_WARNING, category=UserWarning)
 
         self._watch_process_group()
         self._hooks = [
@@ -371,6 +379,13 @@ class Session:
                 dist.init_process_group = original
 
         self._restore.append(restore)
+
+
+def _is_compiled_wrapper(module: Any) -> bool:
+    """Whether ``module`` is ``torch.compile(module)``'s wrapper (``OptimizedModule``), told
+    by name: importing dynamo to compare classes would slow every run's start."""
+    kind = type(module)
+    return kind.__name__ == "OptimizedModule" and kind.__module__.startswith("torch._dynamo")
 
 
 _ACTIVE: Session | None = None
