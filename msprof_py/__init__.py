@@ -12,13 +12,14 @@ analysis = rec.analyze()
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from msprof_py.analyzers import Analysis, analyze
 from msprof_py.profile import Profile, ProfileError, load
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from msprof_py.collectors.inprocess import record
 
 __version__ = "0.1.0"
@@ -48,7 +49,7 @@ def annotate(name: str) -> AbstractContextManager[None]:
     return _annotate(name)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """``msprof_py.record``: :func:`msprof_py.collectors.inprocess.record`, imported on first
     use (it needs torch; loading and analysing profiles does not)."""
     if name == "record":
@@ -56,3 +57,8 @@ def __getattr__(name: str) -> Any:
 
         return record
     raise AttributeError(f"module 'msprof_py' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The API only (``dir(msprof_py)``), not the imports and subpackages behind it."""
+    return sorted([*__all__, "__version__"])

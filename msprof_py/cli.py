@@ -16,6 +16,7 @@ import click
 
 from msprof_py import __version__
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
+from msprof_py.exporters.window import StepWindow
 from msprof_py.profile import ProfileError
 from msprof_py.profile.load import ProfileWarning
 
@@ -41,10 +42,17 @@ class _MsprofGroup(click.Group):
                 raise CliError(" ".join(str(exc).split())) from None
 
 
+_SHOWN: set[str] = set()
+
+
 def _show_profile_warning(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
-    """Profile warnings as one line on stderr (others as Python shows them)."""
+    """Profile warnings as one line on stderr, each once (a run loads its profile for every
+    output it writes); others as Python shows them."""
     if issubclass(category, ProfileWarning):
-        click.echo(f"msprof: warning: {' '.join(str(message).split())}", err=True)
+        text = " ".join(str(message).split())
+        if text not in _SHOWN:
+            _SHOWN.add(text)
+            click.echo(f"msprof: warning: {text}", err=True)
         return
     _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
 
@@ -158,6 +166,29 @@ def main(argv: list[str] | None = None) -> None:
     help="Output type (db is not supported yet).",
 )
 @click.option(
+    "--export",
+    "export",
+    default="ascend,chrome",
+    show_default=True,
+    metavar="ascend,chrome|none",
+    help="What to write next to the raw profile: ascend (the torch_npu/CANN folders "
+    "msprof-analyze and MindStudio Insight read), chrome (trace.json for Perfetto), both, or "
+    "none.",
+)
+@click.option(
+    "--export-steps",
+    metavar="FIRST-LAST",
+    help="Export only these recorded steps (10-19, 10- or 10); the raw profile, the analysis "
+    "and the report keep every step.",
+)
+@click.option(
+    "--export-gzip",
+    type=_ON_OFF,
+    default="off",
+    show_default=True,
+    help="Write the Chrome trace gzip-compressed (trace.json.gz, which Perfetto opens).",
+)
+@click.option(
     "--report/--no-report",
     default=True,
     show_default=True,
@@ -183,6 +214,16 @@ def cli(ctx: click.Context, application: str | None, **options: object) -> None:
             )
         return
     if application is None:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ctx.params
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]
+        if given:  # options for a run, but nothing to run: a usage error, not help
+            raise click.UsageError(
+                f"{given[0]} given but no application to profile (put it after the options: "
+                "msprof --output=out python train.py)"
+            )
         click.echo(ctx.get_help())
         return
     from msprof_py.collectors.launcher import split_application
@@ -220,6 +261,7 @@ def _profile(options: dict, application: list[str]) -> None:
         steps_from = parse_steps_from(str(options["steps_from"]))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    export, export_steps = _export_choice(str(options["export"]), options["export_steps"])
     run_options = RunOptions(
         output=Path(str(options["output"])),
         device=str(options["device"]),
@@ -233,6 +275,9 @@ def _profile(options: dict, application: list[str]) -> None:
         sys_hardware_mem=options["sys_hardware_mem"] == "on",
         ascendcl=options["ascendcl"] == "on",
         report=bool(options["report"]),
+        export=export,
+        export_steps=export_steps,
+        export_gzip=options["export_gzip"] == "on",
     )
     try:
         run = ProfileRun(run_options, application)
@@ -243,6 +288,26 @@ def _profile(options: dict, application: list[str]) -> None:
     if run.window_error:
         raise CliError(run.window_error)
     sys.exit(code)
+
+
+EXPORTS = ("ascend", "chrome")
+
+
+def _export_choice(text: str, steps: object) -> tuple[tuple[str, ...], StepWindow | None]:
+    """``--export=ascend,chrome|none`` and ``--export-steps`` as run options."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names == ["none"]:
+        chosen: tuple[str, ...] = ()
+    elif not names or any(n not in EXPORTS for n in names):
+        raise click.UsageError(f"--export {text}: give ascend, chrome, ascend,chrome or none")
+    else:
+        chosen = tuple(n for n in EXPORTS if n in names)
+    if steps is None:
+        return chosen, None
+    try:
+        return chosen, StepWindow.parse(str(steps))
+    except ValueError as exc:
+        raise click.UsageError(f"--export-{exc}") from None
 
 
 @cli.command()

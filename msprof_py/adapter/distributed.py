@@ -44,6 +44,7 @@ reports the local rank (set when the group is created, if the script has not cho
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import time
 import weakref
@@ -105,6 +106,45 @@ _KINDS = {
 _AVG = dist.ReduceOp.AVG
 
 
+class NpuDdpLogger:
+    """DDP's C++ logger for a module on the npu, less its runtime-stats call.
+
+    Every DDP forward asks the logger to time the iteration with a device timer; only CPU and
+    CUDA register one (a C++ registry without a Python API), so for any other device the
+    logger notes the unused parameters and rebuilt buckets, then prints "Time stats are
+    currently only collected for CPU and CUDA devices" on stderr (c10 logging, past Python's
+    warning filters). On the npu that call is skipped: the iteration's times are on the
+    profile's timeline. Everything else goes to the real logger (:attr:`logger`)."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+
+    def set_runtime_stats_and_log(self) -> None:
+        """Skipped on the npu (see the class)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.logger, name)
+
+
+def _quiet_ddp_logger() -> None:
+    """Give every DDP module on the npu an :class:`NpuDdpLogger` (idempotent)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__init__
+    if getattr(original, "_msprof_py", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        logger = getattr(self, "logger", None)
+        if logger is not None and any(p.device.type == "npu" for p in self.module.parameters()):
+            self.logger = NpuDdpLogger(logger)
+
+    __init__._msprof_py = True  # type: ignore[attr-defined]
+    DistributedDataParallel.__init__ = __init__  # type: ignore[method-assign]
+
+
 def register() -> None:
     """Register the ``hccl`` backend with ``torch.distributed`` (idempotent).
 
@@ -115,6 +155,7 @@ def register() -> None:
     if _REGISTERED and BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create, extended_api=False, devices=["npu", "cpu"])
+    _quiet_ddp_logger()
     atexit.register(_drain_callbacks)
     _REGISTERED = True
 

@@ -51,6 +51,21 @@ class Analysis:
     communication: Section
     findings: list[Finding] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """One line: the profile, its steps and the findings that fired (a REPL prints it)."""
+        info = self.profile
+        steps = len(info.get("steps_analysed") or [])
+        mean = info.get("mean_step_ns")
+        step = f", mean step {mean / 1e6:,.3f} ms" if isinstance(mean, (int, float)) else ""
+        fired = [f.rule for f in self.fired()]
+        shown = ", ".join(fired[:5]) + (", ..." if len(fired) > 5 else "")
+        findings = f"{len(fired)} finding{'s' if len(fired) != 1 else ''} fired"
+        findings += f" ({shown})" if fired else ""
+        return (
+            f"<Analysis of {str(info.get('path'))!r}: ranks {info.get('ranks')}, "
+            f"{steps} step{'s' if steps != 1 else ''} analysed{step}, {findings}>"
+        )
+
     def fired(self) -> list[Finding]:
         """The findings that fired, in priority order."""
         return [f for f in self.findings if f.status == "fired"]
@@ -193,6 +208,7 @@ def _profile_info(
     choice = focus.choice
     return {
         "path": str(profile.path),
+        "command": meta.get("command"),
         "ranks": profile.ranks,
         "focus_rank": focus.rank,
         "device": meta.get("device"),

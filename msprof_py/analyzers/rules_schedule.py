@@ -222,7 +222,12 @@ def memory_near_capacity(ctx: RuleContext, spec: RuleSpec) -> Finding:
     """Peak reserved memory close to the device's usable memory."""
     data = ctx.data
     if data.all_memory.empty:
-        raise Skip("no memory events recorded (record_memory was off)")
+        recorded = data.meta.get("record_memory")
+        if recorded is False:
+            raise Skip("memory was not recorded (msprof --sys-hardware-mem off)")
+        if recorded:
+            raise Skip("no device memory was allocated while recording")
+        raise Skip("no memory events in the profile")
     need_spec(data)
     m = memory.summary(data, ctx.batch_size)
     share = m["peak_share_of_capacity"]

@@ -5,7 +5,8 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
 [0, 1]; no number is ever inf or NaN: an undefined one is null):
 
 ``schema_version``  2 (1: step times were host step marks, idle causes did not add up)
-``profile``         path, ranks, focus_rank, device, soc_version, status per rank, host_time,
+``profile``         path, command (what the focus rank ran), ranks, focus_rank, device,
+                    soc_version, status per rank (``killed``: cut short), host_time,
                     step_source, steps_analysed, warmup_skipped, mean_step_ns, device_spec,
                     device_spec_error, tasks, partial (the recorder of a rank never
                     finished: the last rows may be missing), warnings (what loading noticed);

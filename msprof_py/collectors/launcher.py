@@ -8,6 +8,7 @@ orphan. SIGTERM, not SIGKILL: the recording session flushes the profile on SIGTE
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -100,7 +101,39 @@ def launch(argv: list[str], config: SessionConfig) -> int:
         child = subprocess.Popen(command, env=env, preexec_fn=lambda: die_with_parent(parent, libc))
     except OSError as exc:
         raise LaunchError(f"cannot start {command[0]}: {exc.strerror}") from None
-    # Ctrl-C reaches the child from the terminal; msprof waits for it to save its profile
+    return _wait_forwarding(child)
+
+
+#: ``siginfo.si_code`` of a signal the kernel raised itself (the terminal's Ctrl-C)
+SI_KERNEL = 0x80
+FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _wait_forwarding(child: subprocess.Popen) -> int:
+    """Wait for ``child``, passing on SIGINT and SIGTERM sent to msprof (as torchrun does for
+    its workers): ``kill -INT <msprof>``, ``timeout -s INT`` or a supervisor end the run the way
+    Ctrl-C does. A Ctrl-C from the terminal already reached the child (same process group), so
+    it is not sent twice. Returns the exit code (128+N for signal N)."""
+    if not hasattr(signal, "sigtimedwait"):  # no siginfo: forward SIGTERM, leave SIGINT
+        return _wait_with_handlers(child)
+    watched = {*FORWARDED, signal.SIGCHLD}
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
+    try:
+        while child.poll() is None:
+            info = signal.sigtimedwait(watched, 0.5)
+            if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            if info.si_signo == signal.SIGINT and info.si_code == SI_KERNEL:
+                continue  # the terminal's Ctrl-C: the child got it too
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(info.si_signo)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    code = child.returncode
+    return 128 - code if code < 0 else code
+
+
+def _wait_with_handlers(child: subprocess.Popen) -> int:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     forward = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     try:

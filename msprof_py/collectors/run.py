@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from msprof_py.collectors.launcher import LaunchError, launch
 from msprof_py.collectors.session import SessionConfig
+from msprof_py.exporters.sizes import VIEWER_LIMIT_BYTES
+from msprof_py.exporters.window import StepWindow
 from msprof_py.profile.meta import write_meta_file
 from msprof_py.profile.schema import META_FILE, RAW_DIR
 
@@ -33,6 +36,15 @@ class RunOptions:
     sys_hardware_mem: bool = True
     ascendcl: bool = True
     report: bool = True
+    #: what to export after the run: ``ascend`` (torch_npu/CANN folders), ``chrome``
+    #: (``trace.json``); empty for nothing but the raw profile (and the report)
+    export: tuple[str, ...] = ("ascend", "chrome")
+    #: the steps the exports cover (None: every recorded step)
+    export_steps: StepWindow | None = None
+    #: ``trace.json.gz`` instead of ``trace.json``
+    export_gzip: bool = False
+    #: warn when a JSON trace comes out bigger than this (what a viewer opens well)
+    export_warn_bytes: int = VIEWER_LIMIT_BYTES
 
 
 def new_run_folder(output: Path) -> Path:
@@ -47,8 +59,13 @@ def new_run_folder(output: Path) -> Path:
             candidate.mkdir(parents=True)
             return candidate
         except FileExistsError:
+            if not output.is_dir():  # a file where a parent folder should be
+                raise LaunchError(f"cannot create --output {output}: a parent is a file") from None
             candidate = output / f"msprof_{stamp}_{suffix}"
             suffix += 1
+        except OSError as exc:  # a path under a file, /proc, no permission, a full disk
+            why = exc.strerror or _reason(exc)
+            raise LaunchError(f"cannot create --output {output}: {why}") from None
 
 
 def _ended(exit_code: int) -> str:
@@ -83,6 +100,10 @@ class ProfileRun:
         self.folder: Path | None = None
         self.rank_dirs: list[Path] = []
         self.report: Path | None = None
+        #: the Chrome/Perfetto trace written (None: not asked for, or it failed)
+        self.trace: Path | None = None
+        #: rank -> how its recording ended (completed, killed ...)
+        self.statuses: dict[int, str] = {}
         self.analysis: Analysis | None = None
         self.exit_code = 0
         #: ``--warmup``/``--iteration`` asked for steps the application did not run (why)
@@ -120,7 +141,9 @@ class ProfileRun:
             self._finish(rank_dir)
         self.window_error = self._window_problem()
         if self.rank_dirs and not self._recorded_nothing:
-            self._chrome_trace()
+            if "chrome" in self.options.export:
+                self._chrome_trace()
+            self._warn_sizes()
             self._analyze()
             if self.options.report:
                 self._report()
@@ -167,10 +190,54 @@ class ProfileRun:
         from msprof_py.profile import load
 
         assert self.folder is not None
+        name = "trace.json.gz" if self.options.export_gzip else "trace.json"
         try:
-            write_chrome_trace(load(self.folder), self.folder / "trace.json")
+            self.trace = write_chrome_trace(
+                load(self.folder), self.folder / name, steps=self.options.export_steps
+            )
         except Exception as exc:  # the profile is safe; say what failed, keep the exit code
             print(f"msprof: the Chrome trace failed: {_reason(exc)}", file=sys.stderr)
+
+    def _warn_sizes(self) -> None:
+        """A warning for each JSON trace too big for a viewer, with the window that fits."""
+        from msprof_py.exporters.sizes import size_warning
+        from msprof_py.profile import load
+
+        assert self.folder is not None
+        traces = [(self.trace, "--export=ascend")] if self.trace is not None else []
+        for rank_dir in self.rank_dirs:
+            traces += [
+                (p, "--export=chrome") for p in rank_dir.glob("ASCEND_PROFILER_OUTPUT/*.json")
+            ]
+            traces += [
+                (p, "--export=chrome")
+                for p in rank_dir.glob("PROF_*/mindstudio_profiler_output/msprof_*.json")
+            ]
+        big = [
+            (path, leave)
+            for path, leave in traces
+            if path.stat().st_size > self.options.export_warn_bytes or path.suffix == ".gz"
+        ]
+        if not big:
+            return
+        try:
+            with warnings.catch_warnings():  # loading told its warnings once already
+                warnings.simplefilter("ignore")
+                steps = load(
+                    self.folder,
+                    columns={n: ["step"] for n in ("tasks", "host_events", "memory", "steps")},
+                ).steps
+        except Exception:  # a warning's detail, never a failure
+            steps = None
+        window = self.options.export_steps
+        numbers = sorted({int(x) for x in steps["step"]}) if steps is not None else []
+        if window is not None:
+            numbers = [n for n in numbers if window.contains(n)]
+        for path, leave in big:
+            text = size_warning(path, numbers, self.options.export_warn_bytes, leave)
+            if text is not None:
+                where = path.relative_to(self.folder)
+                print(f"msprof: warning: {text.replace(path.name, str(where), 1)}", file=sys.stderr)
 
     def _analyze(self) -> None:
         """Analyse once: the terminal summary and the report both read this analysis."""
@@ -211,6 +278,7 @@ class ProfileRun:
                 "holds what was written up to then (a partial profile)",
                 file=sys.stderr,
             )
+        self.statuses[int(meta.get("rank", 0))] = str(meta.get("status", "running"))
         try:
             write_meta_file(meta_path, meta)
         except OSError as exc:  # a full disk: the recorded meta.json stays as it was
@@ -218,10 +286,12 @@ class ProfileRun:
                   file=sys.stderr)  # fmt: skip
         if "rows" in meta and not any(meta["rows"].values()):
             return  # no rows (--warmup skipped every step): nothing to export
+        if "ascend" not in self.options.export:
+            return
         from msprof_py.exporters import export_run
 
         try:
-            export_run(rank_dir)
+            export_run(rank_dir, self.options.export_steps)
         except Exception as exc:  # the raw profile stays loadable; say what failed
             print(
                 f"msprof: Ascend export of {rank_dir.name} failed: {_reason(exc)}", file=sys.stderr
@@ -231,4 +301,13 @@ class ProfileRun:
         """The end-of-run summary on the terminal."""
         from msprof_py.collectors.summary import print_run_summary
 
-        print_run_summary(self.folder, self.rank_dirs, self.exit_code, self.analysis, self.report)
+        print_run_summary(
+            self.folder,
+            self.rank_dirs,
+            self.exit_code,
+            self.analysis,
+            self.report,
+            trace=self.trace,
+            ascend="ascend" in self.options.export,
+            statuses=self.statuses,
+        )

@@ -22,6 +22,8 @@ import signal
 import socket
 import sys
 import threading
+import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,10 @@ from msprof_py.profile.writer import RawWriter
 
 #: environment variable through which the launcher hands the config to the bootstrap
 CONFIG_ENV = "MSPROF_PY_CONFIG"
+#: a second SIGINT this soon after the first is the same interrupt (see Session._on_sigint)
+SIGINT_REPEAT_S = 0.5
+#: the start of torch.compile's warning about global module hooks (matched exactly)
+COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 #: environment variables recorded in the run metadata (those that change what a run does)
 RECORDED_ENV = (
     "RANK",
@@ -126,6 +132,7 @@ class Session:
         self._previous_excepthook = sys.excepthook
         self._hooks: list[Any] = []
         self._restore: list[Any] = []  # undo the patches of the hooks (in-process mode)
+        self._last_sigint = -SIGINT_REPEAT_S
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -154,6 +161,11 @@ class Session:
             "warmup": cfg.warmup,
             "iteration": cfg.iteration,
             "steps_from": cfg.steps_from,
+            # what was recorded (msprof --task-time, --sys-hardware-mem, --ascendcl): an
+            # empty table then means "nothing happened", not "not asked for"
+            "record_tasks": cfg.task_time,
+            "record_memory": cfg.sys_hardware_mem,
+            "record_api": cfg.ascendcl,
             "rank": rank,
             "world_size": world,
             "hostname": socket.gethostname(),
@@ -186,6 +198,8 @@ class Session:
         sys.excepthook = self._excepthook
         with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
             signal.signal(signal.SIGTERM, self._on_sigterm)
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, self._on_sigint)
         os.register_at_fork(after_in_child=self._disable_in_child)
         self._wrap_os_exit()
         return self
@@ -275,6 +289,17 @@ class Session:
         self.stop(self.status)
         self._previous_excepthook(kind, value, tb)
 
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """Ctrl-C as Python has it (``KeyboardInterrupt``), once per interrupt: a SIGINT sent
+        to the process group reaches this process directly and again through msprof, which
+        forwards what it gets (as torchrun does); the second copy, within
+        :data:`SIGINT_REPEAT_S`, would cut the first one's flush short."""
+        now = time.monotonic()
+        if now - self._last_sigint < SIGINT_REPEAT_S:
+            return
+        self._last_sigint = now
+        raise KeyboardInterrupt
+
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         self.status = "terminated"
         if orphans.orphaned(self._launcher_pid):  # msprof died: its grandchildren stop too
@@ -309,11 +334,16 @@ class Session:
             steps.mark_step(f"optimizer#{index}")
 
         def enter_module(module: Any, args: Any) -> None:
-            recorder.module_stack.append(type(module).__name__)
+            if not _is_compiled_wrapper(module):  # the compiled module's own call: no level
+                recorder.module_stack.append(type(module).__name__)
 
         def leave_module(module: Any, args: Any, output: Any) -> None:
-            if recorder.module_stack:
+            if recorder.module_stack and not _is_compiled_wrapper(module):
                 recorder.module_stack.pop()
+
+        # torch.compile(module) warns that global module hooks fire once more for the
+        # OptimizedModule wrapper: these hooks skip it, so module paths stay as in eager mode
+        warnings.filterwarnings("ignore", message=COMPILE_HOOKS_WARNING, category=UserWarning)
 
         self._watch_process_group()
         self._hooks = [
@@ -353,6 +383,13 @@ class Session:
                 dist.init_process_group = original
 
         self._restore.append(restore)
+
+
+def _is_compiled_wrapper(module: Any) -> bool:
+    """Whether ``module`` is ``torch.compile(module)``'s wrapper (``OptimizedModule``), told
+    by name: importing dynamo to compare classes would slow every run's start."""
+    kind = type(module)
+    return kind.__name__ == "OptimizedModule" and kind.__module__.startswith("torch._dynamo")
 
 
 _ACTIVE: Session | None = None

@@ -16,14 +16,25 @@ from pathlib import Path
 from msprof_py.exporters.ascend_pt import ExportExistsError, export_ascend_pt
 from msprof_py.exporters.chrome import write_chrome_trace
 from msprof_py.exporters.runinfo import ExportError
+from msprof_py.exporters.window import StepWindow, select_steps
 
-__all__ = ["ExportError", "ExportExistsError", "export_run", "write_chrome_trace"]
+__all__ = [
+    "ExportError",
+    "ExportExistsError",
+    "StepWindow",
+    "export_run",
+    "write_chrome_trace",
+]
 
 
-def export_run(run_dir: Path) -> None:
+def export_run(run_dir: Path, steps: StepWindow | None = None) -> None:
     """Write every Ascend export of one rank's run folder (``*_ascend_pt`` with ``msprof_raw/``).
 
-    Raises :class:`ExportExistsError` (a ``FileExistsError``) when the folder already holds an
+    ``steps``: export only those steps (the raw profile keeps them all). Raises
+    :class:`ExportExistsError` (a ``FileExistsError``) when the folder already holds an
     export: exports never overwrite, and nothing is written in that case.
     """
-    export_ascend_pt(Path(run_dir))
+    from msprof_py.profile import load
+
+    profile = None if steps is None else select_steps(load(Path(run_dir)), steps)
+    export_ascend_pt(Path(run_dir), profile)

@@ -16,6 +16,7 @@ ranks, process names carry the rank and pids are ``3 * rank + 1..3``.
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from msprof_py.exporters.trace_events import (
     thread_metadata,
     write_array,
 )
+from msprof_py.exporters.window import StepWindow, select_steps
 from msprof_py.profile import Profile
 from msprof_py.profile.atomic import create_atomically
 
@@ -199,19 +201,38 @@ def _rank_chunks(profile: Profile, rank: int, label: str) -> list[Text]:
     return chunks
 
 
-def write_chrome_trace(profile: Profile, path: str | Path, rank: int | None = None) -> Path:
+def write_chrome_trace(
+    profile: Profile,
+    path: str | Path,
+    rank: int | None = None,
+    *,
+    overwrite: bool = False,
+    steps: StepWindow | None = None,
+) -> Path:
     """Write a Chrome/Perfetto trace of ``profile`` (all ranks, or only ``rank``) to ``path``.
 
-    Refuses to overwrite an existing file (``FileExistsError``). Returns the path.
+    A path ending in ``.gz`` is written gzip-compressed (Perfetto and chrome://tracing open
+    ``.json.gz`` as is). ``steps``: only those steps (:class:`StepWindow`). Refuses to
+    overwrite an existing file (``FileExistsError``) unless ``overwrite``; the file appears
+    whole or not at all. Returns the path.
     """
     path = Path(path)
+    profile = select_steps(profile, steps)
     ranks = profile.ranks if rank is None else [rank]
     chunks: list[Text] = []
     for r in ranks:
         label = f" (rank {r})" if len(profile.ranks) > 1 else ""
         chunks.extend(_rank_chunks(profile.for_rank(r), r, label))
-    with create_atomically(path, "xb") as f:
-        f.write(b'{"displayTimeUnit": "ns", "traceEvents": ')
-        write_array(f, chunks)
-        f.write(b"}\n")
+    with create_atomically(path, "xb", overwrite=overwrite) as raw:
+        if path.suffix == ".gz":  # fixed header (no time stamp): the same trace, the same bytes
+            out = gzip.GzipFile(
+                filename=path.stem, mode="wb", fileobj=raw, mtime=0, compresslevel=3
+            )
+        else:
+            out = raw
+        out.write(b'{"displayTimeUnit": "ns", "traceEvents": ')
+        write_array(out, chunks)
+        out.write(b"}\n")
+        if out is not raw:
+            out.close()  # the gzip trailer; ``raw`` stays open for create_atomically
     return path

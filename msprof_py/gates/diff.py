@@ -1,9 +1,10 @@
 """``diff(base, new)``: what changed between two profiles, per rank, sorted by impact.
 
-Two lists: the headline figures (step time first, then device time, utilisation, copies,
-communication, memory, launches and syncs sorted by the size of their relative change, a
-figure that appears from 0 first), and the op types with their device time and count per
-step and whether they were added, removed or changed, sorted by the change of device time.
+Two lists: the headline figures (step time first, then the other times sorted by how many
+ms per step they moved, then utilisation, copies, memory, launches and syncs by the size of
+their relative change, a figure that appears from 0 first), and the op types with their
+device time and count per step and whether they were added, removed or changed, sorted by
+the change of device time.
 
 Both profiles must be comparable — same device preset, same ranks, same number of analysed
 steps — unless ``force`` is given (the differences then become warnings).
@@ -178,6 +179,19 @@ class Diff:
         }
 
 
+def program(command: str) -> str:
+    """The program a recorded command ran: its script (``train.py``) or module (``-m pkg``),
+    without the interpreter, launcher options or the script's own arguments."""
+    words = command.split()
+    for i, word in enumerate(words):
+        if word == "-m" and i + 1 < len(words):
+            if words[i + 1] != "torch.distributed.run":
+                return f"-m {words[i + 1]}"
+        elif word.endswith(".py"):
+            return word
+    return words[0] if words else ""
+
+
 def comparability(
     base: dict[int, GateFigures],
     new: dict[int, GateFigures],
@@ -204,6 +218,16 @@ def comparability(
                 f"{n} has {new[rank].steps}"
             )
             break
+    programs = (
+        {program(f.command) for f in base.values()} - {""},
+        {program(f.command) for f in new.values()} - {""},
+    )
+    if programs[0] and programs[1] and programs[0] != programs[1]:
+        warnings.append(
+            f"different programs: {b} ran {', '.join(sorted(programs[0]))}, {n} ran "
+            f"{', '.join(sorted(programs[1]))} (a diff of two programs compares more than a "
+            "change)"
+        )
     host = ({f.host_time for f in base.values()}, {f.host_time for f in new.values()})
     if host[0] != host[1]:
         warnings.append(
@@ -243,7 +267,7 @@ def diff_figures(
         for r in ranks
         for metric, unit in FIGURES.items()
     ]
-    figures.sort(key=lambda f: (f.metric != HEADLINE, -_size(f.relative)))
+    figures.sort(key=_impact)
     op_types = []
     for r in ranks:
         b, n = base[r], new[r]
@@ -260,6 +284,14 @@ def diff_figures(
             )
     op_types.sort(key=lambda o: (-abs(o.delta_ms), -abs(o.delta_count), o.op_type, o.rank))
     return Diff(base_path, new_path, ranks, figures, op_types, reasons + warnings)
+
+
+def _impact(f: FigureChange) -> tuple[bool, bool, float]:
+    """The step time first, then the times by how much they moved (ms per step), then the
+    other figures by their relative change."""
+    if f.unit == "ms":
+        return (f.metric != HEADLINE, False, -abs(f.delta))
+    return (True, True, -_size(f.relative))
 
 
 def _size(relative: float | None) -> float:

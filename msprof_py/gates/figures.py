@@ -43,6 +43,8 @@ class GateFigures:
     op_type_count_per_step: dict[str, float] = field(default_factory=dict)
     host_time: str = "modeled"
     device: str = ""
+    #: the command the profile recorded (``python train.py --lr 0.1``)
+    command: str = ""
 
     @property
     def deterministic(self) -> bool:
@@ -105,6 +107,7 @@ def figures(analysis: Analysis, rank: int | None = None) -> GateFigures:
         op_type_count_per_step={str(k): float(v) / n_steps for k, v in per_type["count"].items()},
         host_time=str(meta_host_time),
         device=str(analysis.profile.get("device") or ""),
+        command=str(analysis.profile.get("command") or ""),
     )
 
 

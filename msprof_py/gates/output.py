@@ -7,6 +7,7 @@ import math
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from msprof_py.exporters.sizes import human_bytes
 from msprof_py.gates.check import Check
 from msprof_py.gates.diff import SAME, Diff
 from msprof_py.gates.gate import GateResult
@@ -214,20 +215,57 @@ def gate_junit(result: GateResult) -> str:
 # ---- diff ------------------------------------------------------------------------------------
 
 
+#: diff figures that are shares (shown as percentages, their change in percentage points)
+SHARES = ("utilization", "copy_ratio")
+
+
+def number_text(value: float) -> str:
+    """``1,234``, ``12.5``, ``0.125``: thousands separators, no exponent, at most 3 decimals."""
+    if math.isinf(value) or math.isnan(value):
+        return str(value)
+    if value == int(value) or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:,.3f}".rstrip("0").rstrip(".")
+
+
+def figure_text(value: float, metric: str = "", unit: str = "", signed: bool = False) -> str:
+    """A diff value for people: ``1.979 ms``, ``2.0 MiB``, ``29.2%``, ``1,234``; ``signed``
+    for a change (``+0.250 ms``, ``+1.5 pp``, ``0``)."""
+    sign = "+" if signed and value > 0 else ("-" if value < 0 else "")
+    size = abs(value)
+    if signed and value == 0:
+        return "0"
+    if metric in SHARES:
+        return f"{sign}{size * 100:,.1f} pp" if signed else f"{value:.1%}"
+    if unit == "ms":
+        return f"{sign}{size:,.3f} ms"
+    if unit == "B":
+        return f"{sign}{human_bytes(size)}"
+    if unit == "MiB":
+        return f"{sign}{human_bytes(size * 1024 * 1024)}"
+    return f"{sign}{number_text(size)}"
+
+
 def _pct(relative: float | None) -> str:
+    """``+12.5%``, ``-3.0%``, ``0%``; ``new`` from 0; a change past +1,000% as a factor
+    (``x2,561``)."""
     if relative is None:
         return "new"
-    return f"{relative:+.1%}" if relative else "0%"
+    if not relative:
+        return "0%"
+    if relative >= 10:
+        return f"x{relative + 1:,.0f}"
+    return f"{relative:+.1%}"
 
 
 def _signed(value: float, unit: str = "") -> str:
-    text = f"{value:+.6g}" if value else "0"
-    return f"{text} {unit}" if unit and value else text
+    return figure_text(value, unit=unit, signed=True)
 
 
 def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
-    """The figures (sorted by relative change) and the op types that changed (sorted by the
-    change of device time) on the terminal; ``top`` op types at most."""
+    """The figures (step time, the other times by their change in ms, the rest by relative
+    change) and the op types that changed (by the change of device time) on the terminal;
+    ``top`` op types at most."""
     from rich.table import Table
 
     console = console or _console()
@@ -242,7 +280,11 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
     table.add_column("%", justify="right", no_wrap=True)
     for f in d.figures:
         row: list[Any] = [cell(f.metric), *([str(f.rank)] if multi else [])]
-        row += [value_text(f.base, f.unit), value_text(f.new, f.unit), _signed(f.delta, f.unit)]
+        row += [
+            figure_text(f.base, f.metric, f.unit),
+            figure_text(f.new, f.metric, f.unit),
+            figure_text(f.delta, f.metric, f.unit, signed=True),
+        ]
         style = "" if not f.changed else "bold"
         row.append(_pct(f.relative))
         table.add_row(*row, style=style)
@@ -265,12 +307,12 @@ def render_diff(d: Diff, console: Any = None, top: int = 30) -> None:
                 cell(o.op_type),
                 *([str(o.rank)] if multi else []),
                 o.status,
-                value_text(o.base_ms),
-                value_text(o.new_ms),
+                figure_text(o.base_ms),
+                figure_text(o.new_ms),
                 _signed(o.delta_ms),
                 _pct(o.relative),
-                value_text(o.base_count),
-                value_text(o.new_count),
+                figure_text(o.base_count),
+                figure_text(o.new_count),
             )
         console.print(ops)
         if len(changed) > top:
@@ -284,7 +326,7 @@ def diff_summary(d: Diff) -> str:
         return "msprof diff: no change (every figure and op type is identical)"
     step = d.figure("step_time_ms")
     parts = [
-        f"step time {value_text(step.base, 'ms')} -> {value_text(step.new, 'ms')} "
+        f"step time {figure_text(step.base, unit='ms')} -> {figure_text(step.new, unit='ms')} "
         f"({_pct(step.relative)})"
     ]
     for status in ("added", "removed", "changed"):

@@ -86,6 +86,19 @@ class Profile:
     def steps(self) -> pd.DataFrame:
         return self.tables["steps"]
 
+    def __repr__(self) -> str:
+        """One line, whatever the size of the profile (a REPL prints it)."""
+        statuses = sorted({str(m.get("status", "?")) for m in self.meta.values()})
+        ranks = ", ".join(str(r) for r in self.ranks)
+        rows = ", ".join(
+            f"{len(self.tables[name]):,} {name.replace('_', ' ')}"
+            for name in ("tasks", "host_events", "steps")
+            if name in self.tables
+        )
+        flags = f", {'/'.join(statuses)}" + (", partial" if self.partial else "")
+        plural = "s" if len(self.ranks) != 1 else ""
+        return f"<Profile {str(self.path)!r}: rank{plural} {ranks}, {rows}{flags}>"
+
     def for_rank(self, rank: int) -> Profile:
         """The same profile narrowed to ``rank``."""
         if rank not in self.meta:

@@ -148,6 +148,17 @@ def test_sigint_keeps_the_profile(tmp_path: Path) -> None:
     assert len(profile.steps) >= 3
 
 
+def test_sigint_sent_to_msprof_alone_is_forwarded_like_ctrl_c(tmp_path: Path) -> None:
+    # kill -INT <msprof>, timeout -s INT, a supervisor: only msprof gets it; it passes it on
+    child = _training_until_ready(tmp_path, new_session=True)
+    child.send_signal(signal.SIGINT)
+    child.communicate(timeout=60)
+    assert child.returncode == 130
+    profile = msprof_py.load(_run_folder(tmp_path / "out"))
+    assert profile.meta[0]["status"] == "interrupted"
+    assert len(profile.steps) >= 3
+
+
 def test_sigterm_keeps_the_profile(tmp_path: Path) -> None:
     child = _training_until_ready(tmp_path)
     child.send_signal(signal.SIGTERM)  # msprof forwards it to the script

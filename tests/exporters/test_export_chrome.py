@@ -79,3 +79,78 @@ def test_refuses_to_overwrite(tmp_path: Path) -> None:
 def test_empty_profile_is_valid(tmp_path: Path) -> None:
     events = load(write_chrome_trace(make_profile(), tmp_path / "e.json"))["traceEvents"]
     assert all(e["ph"] == "M" for e in events)
+
+
+def test_overwrite_replaces_the_file_whole(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text("keep")
+    write_chrome_trace(rich_profile(), path, overwrite=True)
+    assert load(path)["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]  # no temporary file left
+
+
+def test_gzip_holds_the_same_trace(tmp_path: Path) -> None:
+    import gzip
+
+    from msprof_py.exporters.sizes import json_size
+
+    plain = write_chrome_trace(rich_profile(), tmp_path / "trace.json")
+    packed = write_chrome_trace(rich_profile(), tmp_path / "trace.json.gz")
+    text = gzip.decompress(packed.read_bytes())
+    assert text == plain.read_bytes()
+    assert json_size(packed) == plain.stat().st_size  # the size a viewer loads
+    assert packed.stat().st_size < plain.stat().st_size
+    # no time stamp in the header: the same profile gives the same bytes
+    again = write_chrome_trace(rich_profile(), tmp_path / "again.json.gz")
+    assert again.read_bytes()[:4] == packed.read_bytes()[:4]
+    assert again.read_bytes()[4:8] == b"\0\0\0\0"
+
+
+def test_a_step_window_keeps_only_its_steps(tmp_path: Path) -> None:
+    from msprof_py.exporters import StepWindow, select_steps
+
+    profile = rich_profile()
+    assert set(profile.steps["step"]) == {0, 1}
+    events = load(write_chrome_trace(profile, tmp_path / "s1.json", steps=StepWindow(1, 1)))
+    tasks = [e for e in events["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    assert {e["args"]["step"] for e in tasks} == {1}
+    assert len(tasks) == int((profile.tasks["step"] == 1).sum())
+    steps = [e["name"] for e in events["traceEvents"] if e.get("cat") == "step"]
+    assert steps == ["Step 1"]
+    with pytest.raises(ValueError, match=r"--export-steps 5- holds none .*\(recorded: 0\.\.1\)"):
+        select_steps(profile, StepWindow(5))
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [("3-7", (3, 7)), ("3-", (3, None)), ("4", (4, 4)), (" 2 - 9 ", (2, 9))],
+)
+def test_step_window_text(text: str, window: tuple) -> None:
+    from msprof_py.exporters import StepWindow
+
+    parsed = StepWindow.parse(text)
+    assert (parsed.first, parsed.last) == window
+    assert StepWindow.parse(str(parsed)) == parsed
+
+
+@pytest.mark.parametrize("text", ["7-3", "a-b", "-3", "1,2", ""])
+def test_bad_step_windows_are_refused(text: str) -> None:
+    from msprof_py.exporters import StepWindow
+
+    with pytest.raises(ValueError, match="steps"):
+        StepWindow.parse(text)
+
+
+def test_size_warning_names_a_window_that_fits(tmp_path: Path) -> None:
+    from msprof_py.exporters.sizes import human_bytes, size_warning
+
+    path = tmp_path / "trace.json"
+    path.write_bytes(b" " * 10_000)
+    assert size_warning(path, list(range(100)), limit=10_000) is None
+    # 100 steps in 10,000 bytes: 100 bytes a step, so 25 steps fit in 2,500
+    text = size_warning(path, list(range(100, 200)), limit=2_500, leave_out="--export=ascend")
+    assert text is not None
+    assert text.startswith("trace.json is 9.8 KiB (100 steps)")
+    assert "--export-steps=100-124 (25 steps)" in text and "about 2.4 KiB" in text
+    assert text.endswith("; --export=ascend leaves it out")
+    assert [human_bytes(n) for n in (512, 1536, 3 * 2**30)] == ["512 B", "1.5 KiB", "3.0 GiB"]

@@ -93,3 +93,77 @@ def test_incomparable_figures_are_refused_unless_forced(make_figures) -> None:
     assert forced.warnings[:2] == reasons and not forced.changed
     with pytest.raises(NotComparable, match="different ranks"):
         diff_figures(base, {0: make_figures(), 1: make_figures(rank=1)})
+
+
+def _rendered(d) -> str:
+    import io
+
+    from rich.console import Console
+
+    from msprof_py.gates.output import render_diff
+
+    out = io.StringIO()
+    render_diff(d, Console(file=out, width=200))
+    return out.getvalue()
+
+
+def test_diff_values_read_as_numbers_with_units(make_figures) -> None:
+    import re
+
+    base = {0: make_figures()}
+    # the copies grow from 1 KiB to 2 MiB a step (x2,048), utilisation drops 0.8 -> 0.725
+    new = {0: make_figures(copy_bytes_per_step=2.0 * 2**20, utilization=0.725, sync_time_ms=0.75)}
+    text = _rendered(diff_figures(base, new))
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") > 3}
+    copy = [c.strip() for c in rows["copy_bytes_per_step"].split("│")[2:6]]
+    assert copy == ["1.0 KiB", "2.0 MiB", "+2.0 MiB", "x2,048"]
+    util = [c.strip() for c in rows["utilization"].split("│")[2:6]]
+    assert util == ["80.0%", "72.5%", "-7.5 pp", "-9.4%"]
+    sync = [c.strip() for c in rows["sync_time_ms"].split("│")[2:6]]
+    assert sync == ["0.500 ms", "0.750 ms", "+0.250 ms", "+50.0%"]
+    assert [c.strip() for c in rows["peak_memory_mb"].split("│")[2:6]] == [
+        "1,000.0 MiB",
+        "1,000.0 MiB",
+        "0",
+        "0%",
+    ]
+    assert not re.search(r"\de[+-]\d", text)  # no exponents anywhere
+    assert not re.search(r"\d{5,}\.\d%", text)  # no six-digit percentages
+
+
+def test_diff_ranks_the_times_by_how_much_they_moved(make_figures) -> None:
+    base = {0: make_figures()}
+    new = {
+        0: make_figures(
+            step_time_ms=10.1,  # +0.1 ms: still first, the headline
+            exposed_copy_ms=0.4,  # +0.2 ms, +100%
+            device_time_ms=9.0,  # +1.0 ms, +12.5%: the larger impact, despite the smaller %
+            launches_per_step=300.0,  # +200%, no time: after every time
+        )
+    }
+    order = [f.metric for f in diff_figures(base, new).figures]
+    assert order[:4] == ["step_time_ms", "device_time_ms", "exposed_copy_ms", "communication_ms"]
+    times = [m for m in order if m.endswith("_ms")]
+    assert order[: len(times)] == times  # every time before any other figure
+    assert order[len(times)] == "launches_per_step"
+
+
+def test_diff_warns_when_the_profiles_ran_different_programs(make_figures) -> None:
+    from msprof_py.gates.diff import program
+
+    assert program("python train.py --lr 0.1") == "train.py"
+    assert program("/usr/bin/python3 -m torch.distributed.run --nproc-per-node=2 a.py") == "a.py"
+    assert program("torchrun --nproc-per-node=2 sample_runs/train_ddp.py --steps=4") == (
+        "sample_runs/train_ddp.py"
+    )
+    assert program("python -m mypkg.train") == "-m mypkg.train"
+    same = diff_figures(
+        {0: make_figures(command="python train.py --lr 0.1")},
+        {0: make_figures(command="python train.py --lr 0.2")},
+    )
+    assert same.warnings == []  # the same program with other arguments: what a diff is for
+    other = diff_figures(
+        {0: make_figures(command="python train.py")}, {0: make_figures(command="python eval.py")}
+    )
+    (warning,) = other.warnings
+    assert warning.startswith("different programs: BASE ran train.py, NEW ran eval.py")

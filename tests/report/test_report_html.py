@@ -209,8 +209,22 @@ def test_command(run_dir: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(report, [str(run_dir), "-o", str(target)])
     assert res.exit_code == 0, res.output
     assert target.exists()
+    # an explicit -o that exists: refused (one line, exit 2) unless --force, which replaces it
+    target.write_text("older")
     res = CliRunner().invoke(report, [str(run_dir), "-o", str(target)])
-    assert res.exit_code == 0 and (tmp_path / "out-1.html").exists()
+    assert res.exit_code == 2 and "already exists (--force replaces it)" in res.output
+    assert len(res.output.strip().splitlines()) == 1 and target.read_text() == "older"
+    res = CliRunner().invoke(report, [str(run_dir), "-o", str(target), "--force"])
+    assert res.exit_code == 0, res.output
+    assert target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.html"]  # nothing beside it
+    # -o into a folder that does not exist: created only with --mkdir
+    deep = tmp_path / "new" / "dir" / "r.html"
+    res = CliRunner().invoke(report, [str(run_dir), "-o", str(deep)])
+    assert res.exit_code == 2 and "does not exist (--mkdir creates it)" in res.output
+    assert not (tmp_path / "new").exists()
+    res = CliRunner().invoke(report, [str(run_dir), "-o", str(deep), "--mkdir"])
+    assert res.exit_code == 0 and deep.is_file()
     res = CliRunner().invoke(report, [str(tmp_path / "missing")])
     assert res.exit_code == 2
     assert len(res.output.strip().splitlines()) == 1

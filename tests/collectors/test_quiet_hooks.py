@@ -1,0 +1,88 @@
+"""Two warnings torch gives on msprof-py's npu are avoided or silenced, exactly those:
+torch.compile's "global hooks on modules" (the session's module-path hooks: that one warning
+filtered) and DDP's "Time stats are currently only collected for CPU and CUDA devices" (the npu
+has no C++ timer: DDP's runtime-stats call is skipped on npu modules).
+
+Each script runs twice in its own process: as a user runs it, and as a control that undoes
+our measure for that one warning, which shows the code path does warn."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+COMPILE = """
+import sys, warnings, torch, msprof_py
+from msprof_py.collectors.session import COMPILE_HOOKS_WARNING
+
+with msprof_py.record(sys.argv[1]) as rec:
+    if sys.argv[2] == "control":
+        warnings.filterwarnings("default", message=COMPILE_HOOKS_WARNING)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to("npu")
+    compiled = torch.compile(model)
+    for _ in range(2):
+        compiled(torch.randn(4, 8).to("npu")).sum().backward()
+    print("global hooks:", bool(torch.nn.modules.module._has_any_global_hook()))
+ops = rec.load().host_events
+modules = set(ops.loc[ops["kind"] == "op", "module"].dropna())
+print("modules:", sorted(m for m in modules if m))
+"""
+
+DDP = """
+import sys, warnings, torch, torch.distributed as dist
+import msprof_py.adapter, msprof_py.adapter.distributed as hccl
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+msprof_py.adapter.install()
+hccl.register()
+dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
+model = DDP(torch.nn.Linear(8, 8).to("npu"))
+assert isinstance(model.logger, hccl.NpuDdpLogger)
+if sys.argv[2] == "control":
+    model.logger = model.logger.logger  # DDP's own logger back
+for _ in range(3):  # DDP collects its runtime stats from the second iteration on
+    model(torch.randn(4, 8).to("npu")).sum().backward()
+dist.destroy_process_group()
+print("trained")
+"""
+
+
+def _run(body: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = cwd / "script.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run(
+        [sys.executable, str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("mode", ["user", "control"])
+def test_torch_compile_under_recording_says_nothing_about_global_hooks(
+    tmp_path: Path, mode: str
+) -> None:
+    result = _run(COMPILE, str(tmp_path / "out"), mode, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "global hooks: True" in result.stdout  # the session's hooks are there
+    warned = "when there are global hooks on modules" in result.stderr
+    assert warned == (mode == "control"), result.stderr[-3000:]
+    # the compiled wrapper adds no level to the module paths (the compiled graph's ops run in
+    # its GraphModule)
+    assert "modules: ['GraphModule']" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("mode", ["user", "control"])
+def test_ddp_on_the_npu_says_nothing_about_time_stats(tmp_path: Path, mode: str) -> None:
+    result = _run(DDP, _free_port(), mode, cwd=tmp_path)
+    assert result.returncode == 0 and "trained" in result.stdout, result.stderr[-3000:]
+    warned = "Time stats are currently only collected for CPU and CUDA devices" in result.stderr
+    assert warned == (mode == "control"), result.stderr[-3000:]
