@@ -38,7 +38,12 @@ def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
     tmp = part.with_name(part.name + ".tmp")
     # written by path, not through a Python file object: no Python callback runs inside
     # pyarrow's C++ writer, so a signal handler (SIGTERM's SystemExit) never fires there
-    pq.write_table(table, str(tmp), write_page_checksum=True)
+    try:
+        pq.write_table(table, str(tmp), write_page_checksum=True)
+    except OSError as exc:  # pyarrow's text is long; say it as the OS says it, with the file
+        if not exc.errno:
+            raise
+        raise OSError(exc.errno, os.strerror(exc.errno), part.name) from exc
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)
