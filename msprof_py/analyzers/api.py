@@ -151,6 +151,7 @@ def analyze(
         },
         compute_density={
             "ops": each(compute.density, top),
+            "roofline": each(compute.roofline),
             "classes": each(compute.by_class),
             "utilisation": each(compute.utilisation),
         },

@@ -241,10 +241,13 @@ def _match(
     dv = out2[0][-1]
     if out2[0][-2] != sq or math.prod(out2[0]) != batch * sq * dv:
         return None
-    qs = [s for s in _dims(in_shapes[i]) if len(s) >= 2 and s[-2] == sq and math.prod(s) != numel]
-    if not qs:
+    operands = _dims(in_shapes[i])[-2:]  # (q, k^T); baddbmm's scores input comes first
+    if len(operands) < 2 or min(len(x) for x in operands) < 2:
         return None
-    return batch, sq, skv, qs[0][-1], dv
+    q, kt = operands
+    if q[-2] != sq or kt[-1] != skv or kt[-2] != q[-1]:
+        return None
+    return batch, sq, skv, q[-1], dv
 
 
 def _sdpa_math(data: RankData, rows: list[dict], members: list[tuple[int, int, str]]) -> None:
