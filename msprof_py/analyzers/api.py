@@ -181,7 +181,7 @@ def analyze(
             "summary": [communication.summary(d) for d in data],
             "collectives": each(communication.collectives),
             "ranks": cluster,
-            "slow_rank": communication.slow_rank(cluster),
+            "slow_rank": communication.slow_rank(cluster, per_rank),
         },
         findings=findings,
     )
