@@ -151,9 +151,9 @@ def analyze(
         },
         compute_density={
             "ops": each(compute.density, top),
-            "roofline": each(compute.roofline),
             "classes": each(compute.by_class),
             "utilisation": each(compute.utilisation),
+            "roofline": each(compute.roofline),
         },
         step_breakdown={
             "steps": each(timeline.step_breakdown),

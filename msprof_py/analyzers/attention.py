@@ -348,12 +348,14 @@ def _backward(data: RankData, matches: pd.DataFrame, members: pd.DataFrame) -> p
     sdpa = matches[matches["form"] == "sdpa math"]
     if len(sdpa):
         back = ops[ops["name"].astype(str) == SDPA_BACKWARD]
+        back_by_step = back.groupby("step")["event_id"]
+        pairs: list[tuple[int, int]] = []
         for step, fwd_rows in sdpa.groupby("step"):
-            b = back[back["step"] == step]["event_id"].to_numpy()[::-1]
-            pairs = zip(fwd_rows["match"].to_numpy(), b, strict=False)
-            found.extend(
-                pd.DataFrame({"match": [m], "event_id": [e], "phase": ["backward"]})
-                for m, e in pairs
-            )
+            if step in back_by_step.groups:
+                b = back_by_step.get_group(step).to_numpy()[::-1]
+                pairs.extend(zip(fwd_rows["match"].tolist(), b.tolist(), strict=False))
+        if pairs:
+            m, e = zip(*pairs, strict=True)
+            found.append(pd.DataFrame({"match": m, "event_id": e, "phase": "backward"}))
     out = pd.concat(found, ignore_index=True)
     return out.astype({"match": "int64", "event_id": "int64"})

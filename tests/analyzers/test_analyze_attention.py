@@ -285,3 +285,22 @@ def test_recost_is_the_kernel_npu_fusion_attention_launches() -> None:
     assert math.isclose(
         costs["saved_ns"].iat[0], costs["device_ns"].iat[0] - flash["duration_ns"].sum(), abs_tol=1
     )
+
+
+def test_the_api_the_finding_names_takes_its_arguments() -> None:
+    """The finding's ``apis`` (torch_npu.npu_fusion_attention with its keyword arguments)
+    run on the npu device as one FlashAttentionScore kernel."""
+    data = record(mha, steps=1)
+    f = finding(data)
+    (api,) = f.evidence["apis"]
+    module, name = api["api"].rsplit(".", 1)
+    fn = getattr(__import__(module), name)
+    q, k, v = (torch.randn(2, 12, 4, 8, device="npu") for _ in range(3))  # BSND
+    import msprof_py
+
+    with msprof_py.record() as rec:
+        out = fn(q, k, v, 4, **api["kwargs"])[0]
+    assert out.shape == q.shape
+    tasks = rec.load().tasks
+    assert tasks["op_type"].tolist().count("FlashAttentionScore") == 1
+    assert api["kwargs"]["scale"] == pytest.approx(1 / math.sqrt(8))
