@@ -193,11 +193,16 @@ def _excess(mine: pd.Series, others: list[pd.Series]) -> pd.Series:
 
 
 def idle_cause(per_rank: dict[int, RankData], rank: int) -> dict[str, Any]:
-    """What keeps ``rank``'s device idle more than the other ranks': ``part`` (the host-side
-    idle cause with the largest excess per step, see :data:`IDLE_PARTS`), ``excess_ns`` (per
-    part), and for synchronisation or dispatch ``what`` (the sync kind and op, or the host
-    op), ``per_step`` (its count per step), ``what_excess_ns`` (its time per step beyond the
-    others') and ``text`` (one line)."""
+    """What keeps ``rank``'s device idle more than the other ranks'.
+
+    ``part``: the host-side idle cause with the largest excess per step (see
+    :data:`IDLE_PARTS`), ``excess_ns`` per part. ``what``: the sync point (kind, op, module)
+    whose blocked time per step exceeds the others' most, when that excess is at least half
+    the idle excess: a host blocked in ``.item()`` loses its lead over the device, which then
+    idles while the next step is dispatched (the idle shows as dispatch, its cause is the
+    sync); else, for dispatch, the host op whose host time exceeds the others' most.
+    ``per_step``: its count per step; ``what_excess_ns``: its time per step beyond the
+    others'; ``text``: one line."""
     others = [d for r, d in per_rank.items() if r != rank]
     data = per_rank[rank]
 
@@ -207,6 +212,7 @@ def idle_cause(per_rank: dict[int, RankData], rank: int) -> dict[str, Any]:
 
     parts = _excess(idle(data), [idle(d) for d in others])
     part = str(parts.index[0])
+    idle_excess = float(parts.clip(lower=0).sum())
     out: dict[str, Any] = {
         "part": part,
         "excess_ns": {k: float(v) for k, v in parts.items()},
@@ -215,24 +221,25 @@ def idle_cause(per_rank: dict[int, RankData], rank: int) -> dict[str, Any]:
         "what_excess_ns": None,
         "text": f"{part} {parts.iloc[0] / 1e3:+.1f} us per step",
     }
-    if part == "synchronisation":
-        key, per_step, extra = _top_excess(data, others, _sync_time)
-        if key is not None:
-            kind, op, module = key
-            where = f"{op}" + (f" in {module}" if module else "")
-            out.update(what=f"{kind} ({where})", per_step=per_step, what_excess_ns=extra)
-    elif part == "host-bound dispatch":
+    key, per_step, extra = _top_excess(data, others, _sync_time)
+    if key is not None and extra >= 0.5 * idle_excess:
+        kind, op, module = key
+        where = f"{op}" + (f" in {module}" if module else "")
+        out.update(what=f"{kind} ({where})", per_step=per_step, what_excess_ns=extra)
+        out["text"] = (
+            f"the host waits in {out['what']} ({per_step:.1f} per step, {extra / 1e3:.1f} us "
+            f"per step beyond the other ranks), so the device idles ({part} "
+            f"{parts.iloc[0] / 1e3:+.1f} us per step)"
+        )
+        return out
+    if part == "host-bound dispatch":
         key, per_step, extra = _top_excess(data, others, _op_time)
         if key is not None:
             out.update(what=f"host op {key[0]}", per_step=per_step, what_excess_ns=extra)
-    if out["what"] is not None:
-        out["text"] = (
-            f"{part}: the host waits in {out['what']}, {out['per_step']:.1f} per step, "
-            f"{out['what_excess_ns'] / 1e3:+.1f} us per step beyond the other ranks"
-            if part == "synchronisation"
-            else f"{part}: {out['what']} takes {out['what_excess_ns'] / 1e3:+.1f} us per step "
-            f"more on the host than on the other ranks ({out['per_step']:.1f} per step)"
-        )
+            out["text"] = (
+                f"{part}: {out['what']} takes {extra / 1e3:.1f} us per step more on the "
+                f"host than on the other ranks ({per_step:.1f} per step)"
+            )
     return out
 
 
