@@ -95,6 +95,7 @@ def member_event_ids(data: RankData) -> np.ndarray:
 
 
 def _dims(text: str) -> list[tuple[int, ...]]:
+    """``"8,4,64,64;64,64"`` -> ``[(8, 4, 64, 64), (64, 64)]``."""
     return shapes.parse(text)
 
 
@@ -193,16 +194,14 @@ def _explicit(
                 "d": d,
                 "dv": dv,
                 "dtype": (in_dtypes[i].split(";") or ["float32"])[0] or "float32",
-                "masked": _masked(bases, in_shapes, order, between, score),
+                "masked": _masked(bases, in_shapes, order, between),
                 "dropout": bool(np.isin(inner, list(DROPOUT)).any()),
             }
         )
         members.extend((match, int(ids[r]), "forward") for r in order)
 
 
-def _masked(
-    bases: np.ndarray, in_shapes: np.ndarray, order: list[int], between: set[int], score: int
-) -> bool:
+def _masked(bases: np.ndarray, in_shapes: np.ndarray, order: list[int], between: set[int]) -> bool:
     """True when a mask enters the scores: an op of the chain with a second tensor input
     (masked_fill, where, add of a mask) or mask ops beside it."""
     for r in order:
