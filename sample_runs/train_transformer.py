@@ -10,7 +10,11 @@ with ``torch.npu.Event`` pairs, so the step time printed is simulated device tim
 The synthetic sequences follow a fixed rule (each token is the previous one plus one, modulo
 the vocabulary, from a random start), so the loss falls quickly.
 
+``--attention fused`` runs the attention as ``torch_npu.npu_fusion_attention`` (one
+FlashAttention kernel) instead: what ``msprof analyze`` recommends for the explicit form.
+
     python sample_runs/train_transformer.py [--steps 5] [--batch-size 8] [--seq-len 64]
+        [--attention math|fused]
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class Config:
     n_layers: int = 2
     mlp_ratio: int = 4
     dropout: float = 0.0
+    #: "math" (matmuls and a softmax) or "fused" (torch_npu.npu_fusion_attention)
+    attention: str = "math"
 
 
 class SelfAttention(nn.Module):
@@ -54,12 +60,15 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.fused = cfg.attention == "fused"
         mask = torch.triu(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool), diagonal=1)
         self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
+        if self.fused:
+            return self.proj(self._fused(q, k, v))
         q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -68,6 +77,23 @@ class SelfAttention(nn.Module):
         weights = self.dropout(torch.softmax(scores, dim=-1))
         out = torch.matmul(weights, v).transpose(1, 2).reshape(b, t, c)
         return self.proj(out)
+
+    def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The same attention as one FlashAttention kernel, on [b, t, c] ("BSH") inputs."""
+        t = q.shape[1]
+        mask, scale = self.mask[:t, :t], 1.0 / math.sqrt(self.head_dim)
+        p = self.dropout.p if self.training else 0.0
+        if q.device.type != "npu":  # SDPA's boolean mask keeps True
+            heads = (
+                z.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2) for z in (q, k, v)
+            )
+            out = F.scaled_dot_product_attention(*heads, attn_mask=~mask, dropout_p=p, scale=scale)
+            return out.transpose(1, 2).flatten(2)
+        import torch_npu
+
+        return torch_npu.npu_fusion_attention(
+            q, k, v, self.n_heads, "BSH", atten_mask=mask, scale=scale, keep_prob=1.0 - p
+        )[0]
 
 
 class Block(nn.Module):
@@ -206,8 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--device", default="npu", help="npu (default) or cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--attention", choices=("math", "fused"), default="math",
+        help="math: matmuls and a softmax (default); fused: torch_npu.npu_fusion_attention",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    cfg = Config(seq_len=args.seq_len, d_model=args.d_model, n_layers=args.layers)
+    cfg = Config(
+        seq_len=args.seq_len, d_model=args.d_model, n_layers=args.layers, attention=args.attention
+    )
     print(
         f"TinyLM on {args.device}: batch {args.batch_size} x seq {cfg.seq_len}, "
         f"d_model {cfg.d_model}, {cfg.n_layers} layers, {args.steps} steps"

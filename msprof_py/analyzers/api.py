@@ -168,6 +168,7 @@ def analyze(
             "ops": each(compute.density, top),
             "classes": each(compute.by_class),
             "utilisation": each(compute.utilisation),
+            "roofline": each(compute.roofline),
         },
         step_breakdown={
             "steps": each(timeline.step_breakdown),
@@ -195,7 +196,7 @@ def analyze(
             "summary": [communication.summary(d) for d in data],
             "collectives": each(communication.collectives),
             "ranks": cluster,
-            "slow_rank": communication.slow_rank(cluster),
+            "slow_rank": communication.slow_rank(cluster, per_rank),
         },
         findings=findings,
     )

@@ -15,6 +15,11 @@ longest own time, the one the others wait for, and its deviation is its own time
 own time (without collectives, own time is the step time). Its cause is the largest of its
 excesses over the other ranks per step: ``compute`` (computing time), ``communication``
 (transfer time: a slow link) or ``idle`` (host-side: dispatch, data loading, synchronisation).
+An ``idle`` cause is named (:func:`idle_cause`): the host-side cause of idle time the slow
+rank has most in excess of the others (data loading, synchronisation, dispatch, other host
+work) and within it what makes the host wait: the sync point (its kind, the op that made it
+and its module: a ``loss.item()`` only that rank calls) or the host op whose dispatch time
+exceeds the others' most.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import timeline
+from msprof_py.analyzers import syncs, timeline
 from msprof_py.analyzers.context import COLLECTIVE, KERNEL, RankData, share_of
 from msprof_py.analyzers.intervals import Coverage
 
@@ -139,9 +144,12 @@ def ranks(per_rank: dict[int, RankData]) -> pd.DataFrame:
     return out[RANK_COLUMNS]
 
 
-def slow_rank(table: pd.DataFrame) -> dict[str, Any] | None:
+def slow_rank(
+    table: pd.DataFrame, per_rank: dict[int, RankData] | None = None
+) -> dict[str, Any] | None:
     """The rank the others wait for (longest own time), its excess over the mean own time and
-    its cause (None for < 2 ranks)."""
+    its cause (None for < 2 ranks); with ``per_rank``, an ``idle`` cause is named
+    (``idle_cause``: :func:`idle_cause`)."""
     if len(table) < 2:
         return None
     slow = table.loc[table["own_ns"].idxmax()]
@@ -154,6 +162,7 @@ def slow_rank(table: pd.DataFrame) -> dict[str, Any] | None:
     }
     cause = max(excess, key=lambda k: excess[k])
     mean = table["own_ns"].mean()
+    named = idle_cause(per_rank, int(slow["rank"])) if per_rank and cause == "idle" else None
     return {
         "slow_rank": int(slow["rank"]),
         "slow_ns": float(slow["own_ns"]),
@@ -163,4 +172,104 @@ def slow_rank(table: pd.DataFrame) -> dict[str, Any] | None:
         "cause": cause,
         "excess_by_cause_ns": {k: float(v) for k, v in excess.items()},
         "others_wait_ns": float(others["wait_ns"].mean()),
+        "idle_cause": named,
     }
+
+
+#: host-side idle cause -> its column in the step breakdown
+IDLE_PARTS = {
+    "data loading": "idle_data_loading_ns",
+    "synchronisation": "idle_sync_ns",
+    "host-bound dispatch": "idle_dispatch_ns",
+    "other host work": "idle_other_ns",
+}
+
+
+def _excess(mine: pd.Series, others: list[pd.Series]) -> pd.Series:
+    """``mine`` less the mean of ``others`` (a missing key counts 0)."""
+    keys = mine.index.union(pd.Index([k for o in others for k in o.index]))
+    mean = sum(o.reindex(keys, fill_value=0.0) for o in others) / max(1, len(others))
+    return (mine.reindex(keys, fill_value=0.0) - mean).sort_values(ascending=False)
+
+
+def idle_cause(per_rank: dict[int, RankData], rank: int) -> dict[str, Any]:
+    """What keeps ``rank``'s device idle more than the other ranks'.
+
+    ``part``: the host-side idle cause with the largest excess per step (see
+    :data:`IDLE_PARTS`), ``excess_ns`` per part. ``what``: the sync point (kind, op, module)
+    whose blocked time per step exceeds the others' most, when that excess is at least half
+    the idle excess: a host blocked in ``.item()`` loses its lead over the device, which then
+    idles while the next step is dispatched (the idle shows as dispatch, its cause is the
+    sync); else, for dispatch, the host op whose host time exceeds the others' most.
+    ``per_step``: its count per step; ``what_excess_ns``: its time per step beyond the
+    others'; ``text``: one line."""
+    others = [d for r, d in per_rank.items() if r != rank]
+    data = per_rank[rank]
+
+    def idle(d: RankData) -> pd.Series:
+        bd = timeline.step_breakdown(d)
+        return pd.Series({k: bd[c].sum() / d.n_steps for k, c in IDLE_PARTS.items()})
+
+    parts = _excess(idle(data), [idle(d) for d in others])
+    part = str(parts.index[0])
+    idle_excess = float(parts.clip(lower=0).sum())
+    out: dict[str, Any] = {
+        "part": part,
+        "excess_ns": {k: float(v) for k, v in parts.items()},
+        "what": None,
+        "per_step": None,
+        "what_excess_ns": None,
+        "text": f"{part} {parts.iloc[0] / 1e3:+.1f} us per step",
+    }
+    key, per_step, extra = _top_excess(data, others, _sync_time)
+    if key is not None and extra >= 0.5 * idle_excess:
+        kind, op, module = key
+        where = f"{op}" + (f" in {module}" if module else "")
+        out.update(what=f"{kind} ({where})", per_step=per_step, what_excess_ns=extra)
+        out["text"] = (
+            f"the host waits in {out['what']} ({per_step:.1f} per step, {extra / 1e3:.1f} us "
+            f"per step beyond the other ranks), so the device idles ({part} "
+            f"{parts.iloc[0] / 1e3:+.1f} us per step)"
+        )
+        return out
+    if part == "host-bound dispatch":
+        key, per_step, extra = _top_excess(data, others, _op_time)
+        if key is not None:
+            out.update(what=f"host op {key[0]}", per_step=per_step, what_excess_ns=extra)
+            out["text"] = (
+                f"{part}: {out['what']} takes {extra / 1e3:.1f} us per step more on the "
+                f"host than on the other ranks ({per_step:.1f} per step)"
+            )
+    return out
+
+
+def _sync_time(d: RankData) -> tuple[pd.Series, pd.Series]:
+    """Blocked time and count per step of the script's sync points, per (kind, op, module)."""
+    pts = syncs.script_points(d)
+    keys = [pts["kind"].astype(str), pts["op"].astype(str), pts["module"].astype(str)]
+    g = pts.groupby(keys, sort=False)["duration_ns"]
+    return g.sum() / d.n_steps, g.size() / d.n_steps
+
+
+def _op_time(d: RankData) -> tuple[pd.Series, pd.Series]:
+    """Host time and count per step of the host ops, per name."""
+    ops = d.host_ops
+    dur = ops["end_ns"] - ops["start_ns"]
+    g = dur.groupby([ops["name"].astype(str)], sort=False)
+    return g.sum() / d.n_steps, g.size() / d.n_steps
+
+
+def _top_excess(
+    data: RankData, others: list[RankData], measure: Any
+) -> tuple[tuple[str, ...] | None, float, float]:
+    """The key whose per-step time on ``data`` exceeds the others' mean most, its count per
+    step on ``data`` and the excess (None when nothing exceeds)."""
+    time, count = measure(data)
+    if time.empty:
+        return None, 0.0, 0.0
+    excess = _excess(time, [measure(d)[0] for d in others])
+    key = excess.index[0]
+    if excess.iloc[0] <= 0:
+        return None, 0.0, 0.0
+    key_t = key if isinstance(key, tuple) else (key,)
+    return key_t, float(count.get(key, 0.0)), float(excess.iloc[0])

@@ -11,6 +11,12 @@ A kernel is
 * **memory-bound** otherwise.
 
 ``utilisation`` (achieved over nominal peak) uses the nominal peak, without the efficiency.
+
+The **roofline** table (:func:`roofline`) places every analysed kernel with FLOPs and bytes,
+not only the longest: aggregated by op type, engine, shapes and dtypes, and, where that
+leaves more than :data:`ROOFLINE_POINTS` groups, binned per op type and engine by
+intensity and achieved rate (half-octave bins), so the cube kernels of a model whose
+longest groups are vector ops are on the plot too.
 Per step: the device busy time (any kernel or collective) over the step time, and for the cube
 and vector units both the time any of their tasks runs and the core-weighted occupancy
 (task time x cores used / cores).
@@ -73,6 +79,27 @@ UTILISATION_COLUMNS = [
     "aicpu_busy_ns",
 ]
 CLASS_COLUMNS = ["rank", "bound", "kernels", "total_ns", "share_of_step"]
+ROOFLINE_COLUMNS = [
+    "rank",
+    "unit",
+    "op_type",
+    "task_type",
+    "input_shapes",
+    "input_dtypes",
+    "groups",
+    "count",
+    "total_ns",
+    "flops",
+    "bytes",
+    "intensity",
+    "achieved_tflops",
+    "bound",
+    "share_of_step",
+]
+#: at most this many roofline points per rank before binning
+ROOFLINE_POINTS = 400
+#: bins per octave of intensity and achieved rate when binning
+ROOFLINE_BINS_PER_OCTAVE = 2
 
 
 def peak_rates(spec: DeviceSpec, task_type: str, dtype: str) -> tuple[float, float]:
@@ -134,6 +161,7 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
     achieved and peak TFLOP/s, utilisation and roofline class; by total time."""
     k = kernel_rates(data)
     data.cache["class_totals"] = _class_totals(k)
+    data.cache["roofline"] = _roofline(data, k)
     if k.empty:
         return pd.DataFrame(columns=DENSITY_COLUMNS)
     keys = ["name", "op_type", "task_type", "input_shapes", "input_dtypes"]
@@ -165,6 +193,78 @@ def density(data: RankData, n: int | None = 20) -> pd.DataFrame:
     out["bound"] = out["bound"].astype(str)
     out.insert(0, "rank", data.rank)
     return out[DENSITY_COLUMNS].reset_index(drop=True)
+
+
+def roofline(data: RankData) -> pd.DataFrame:
+    """Every analysed kernel with FLOPs and bytes as roofline points (:data:`ROOFLINE_COLUMNS`):
+    one per (op type, engine, shapes, dtypes), binned when there are too many; ``unit`` is
+    ``cube`` (AI Core and MIX kernels), ``vector``, ``ai_cpu`` or ``other``; ``groups`` is how
+    many (op type, shapes, dtypes) groups a point holds (1 unless binned); ``flops`` and
+    ``bytes`` are per call."""
+    cached = data.cache.get("roofline")
+    if cached is None:
+        cached = data.cache["roofline"] = _roofline(data, kernel_rates(data))
+    return cached
+
+
+def _roofline(data: RankData, k: pd.DataFrame) -> pd.DataFrame:
+    k = k[(k["flops"] > 0) & (k["bytes"] > 0)]
+    if k.empty:
+        return pd.DataFrame(columns=ROOFLINE_COLUMNS)
+    keys = ["op_type", "task_type", "input_shapes", "input_dtypes"]
+    g = k.groupby(keys, sort=False, observed=True)
+    out = pd.DataFrame(
+        {
+            "groups": 1,
+            "count": g.size(),
+            "total_ns": g["duration_ns"].sum(),
+            "flops_sum": g["flops"].sum(),
+            "bytes_sum": g["bytes"].sum(),
+            "bound": g["bound"].first().astype(str),
+        }
+    ).reset_index()
+    out = out[out["count"] > 0]
+    for c in ("op_type", "task_type", "input_shapes", "input_dtypes"):
+        out[c] = out[c].astype(str)
+    if len(out) > ROOFLINE_POINTS:
+        out = _binned(out)
+    out["flops"] = out["flops_sum"] / out["count"]
+    out["bytes"] = out["bytes_sum"] / out["count"]
+    out["intensity"] = out["flops_sum"] / out["bytes_sum"]
+    out["achieved_tflops"] = out["flops_sum"] / out["total_ns"].where(out["total_ns"] > 0) / 1e3
+    task = out["task_type"]
+    out["unit"] = np.select(
+        [task.isin(CUBE_TYPES), task.isin(VECTOR_TYPES), task.isin(AICPU_TYPES)],
+        ["cube", "vector", "ai_cpu"],
+        "other",
+    )
+    out["share_of_step"] = share_of(out["total_ns"], data.step_time_ns)
+    out.insert(0, "rank", data.rank)
+    out = out.sort_values(["total_ns", *keys], ascending=[False] + [True] * len(keys))
+    return out[ROOFLINE_COLUMNS].reset_index(drop=True)
+
+
+def _binned(points: pd.DataFrame) -> pd.DataFrame:
+    """Roofline points merged per op type and engine into half-octave bins of intensity and
+    achieved rate (time-weighted: the bin's totals give its place)."""
+    rate = points["flops_sum"] / points["total_ns"].where(points["total_ns"] > 0, 1)
+    per = ROOFLINE_BINS_PER_OCTAVE
+    p = points.assign(
+        ibin=np.floor(np.log2(points["flops_sum"] / points["bytes_sum"]) * per).astype(int),
+        abin=np.floor(np.log2(rate.clip(lower=1e-12)) * per).astype(int),
+    )
+    g = p.groupby(["op_type", "task_type", "ibin", "abin"], sort=False)
+    out = g.agg(
+        groups=("groups", "sum"),
+        count=("count", "sum"),
+        total_ns=("total_ns", "sum"),
+        flops_sum=("flops_sum", "sum"),
+        bytes_sum=("bytes_sum", "sum"),
+        bound=("bound", "first"),
+    ).reset_index()
+    out["input_shapes"] = out["groups"].map(lambda n: f"({n} shapes)")
+    out["input_dtypes"] = ""
+    return out.drop(columns=["ibin", "abin"])
 
 
 def by_class(data: RankData) -> pd.DataFrame:

@@ -56,7 +56,7 @@ STEP_COLUMNS = [
 #: columns of the profile no analysis reads: ``analyze(path)`` does not load them
 UNREAD_COLUMNS = {
     "tasks": ("stream_id",),
-    "host_events": ("stream_id", "sequence"),
+    "host_events": ("stream_id",),
     "memory": ("address", "active", "stream_id", "tag"),
 }
 #: per table, the columns ``analyze(path)`` loads (every other)
@@ -75,6 +75,7 @@ OP_COLUMNS = [
     "end_ns",
     "input_shapes",
     "input_dtypes",
+    "sequence",
 ]
 
 

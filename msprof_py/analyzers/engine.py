@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from msprof_py.analyzers import rules_cluster, rules_compute, rules_schedule
+from msprof_py.analyzers import rules_attention, rules_cluster, rules_compute, rules_schedule
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip, rule_specs
 from msprof_py.analyzers.rules_compute import RuleContext
 
@@ -19,7 +19,7 @@ Rule = Callable[[RuleContext, RuleSpec], Finding]
 RULES: dict[str, Rule] = {
     "fusion_conv_bn_relu": rules_compute.fusion,
     "fusion_matmul_epilogue": rules_compute.fusion,
-    "fusion_attention": rules_compute.fusion,
+    "fusion_attention": rules_attention.fusion_attention,
     "fusion_norm_chain": rules_compute.fusion,
     "fusion_softmax_chain": rules_compute.fusion,
     "fusion_gelu_chain": rules_compute.fusion,

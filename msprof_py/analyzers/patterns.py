@@ -1,6 +1,8 @@
 """Fusable op patterns found on the recorded stream of host ops.
 
-The dataflow is not recorded as tensor ids, so it is approximated from the op sequence: the
+Attention is matched on the dataflow first (:mod:`msprof_py.analyzers.attention`); its ops
+take part in no other pattern. For the others the dataflow, not recorded as tensor ids, is
+approximated from the op sequence: the
 host ops of each thread, in start order, that launched device work; each becomes one letter
 (``rules/patterns.yaml``), and the patterns are regular expressions over the letters. A match
 is kept only when every op in it after the first (copies excepted) consumes a tensor with as
@@ -154,8 +156,15 @@ def find(data: RankData) -> tuple[pd.DataFrame, pd.DataFrame]:
     cached = data.cache.get("pattern_matches")
     if cached is not None:
         return cached
+    from msprof_py.analyzers import attention  # it reads op_stream
+
     stream = op_stream(data)
     text, owner = _text(stream)
+    taken = np.isin(stream["event_id"].to_numpy(), attention.member_event_ids(data))
+    if taken.any():  # attention is matched on the dataflow; its ops join no other pattern
+        buf = np.frombuffer(text, dtype=np.uint8).copy()
+        buf[np.flatnonzero(np.isin(owner, np.flatnonzero(taken)))] = ord(CONSUMED)
+        text = bytearray(buf.tobytes())
     _, patterns = load_patterns()
     bad = np.zeros(len(owner) + 1, dtype=np.int64)
     valid_op = owner >= 0

@@ -7,6 +7,10 @@
   vector term), and only the chain's external bytes as HBM traffic: every intermediate tensor
   (an op's output consumed inside the chain) is no longer written and read back, and copies
   inside the chain disappear.
+* **Attention** (:func:`attention`): each attention found on the dataflow re-costed as the
+  ``FlashAttentionScore`` kernel ``npu_fusion_attention`` launches for the same shapes and
+  dtype (and ``FlashAttentionScoreGrad`` for its backward), with the cost function the shim
+  itself uses (:func:`msprof_py.device.attention.flash_attention_cost`).
 * **AMP** (fp32 -> fp16 on the cube): each fp32 cube kernel's compute term scaled by the
   fp32/fp16 peak ratio and its memory term halved (calibrated on the recorded duration), plus
   one Cast kernel (a vector kernel over its largest input) per kernel.
@@ -20,10 +24,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from msprof_py.analyzers import attention as attention_finder
 from msprof_py.analyzers import shapes
 from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, VECTOR_TYPES, RankData
 from msprof_py.analyzers.patterns import find, op_stream
 from msprof_py.device import costmodel
+from msprof_py.device.attention import STAT_WIDTH, drop_mask_cost, flash_attention_cost
+from msprof_py.device.dtypes import ITEMSIZE, canonical
 from msprof_py.device.records import CopyKind
 from msprof_py.device.spec import DeviceSpec
 
@@ -169,6 +176,131 @@ def _fusion(data: RankData) -> pd.DataFrame:
         }
     )
     return out[FUSION_COLUMNS]
+
+
+ATTENTION_COLUMNS = [
+    "match",
+    "kernels",
+    "device_ns",
+    "forward_ns",
+    "backward_ns",
+    "fused_ns",
+    "saved_ns",
+    "host_ns",
+    "host_saved_ns",
+    "has_backward",
+]
+#: the keep probability assumed for the fused kernel's dropout mask (its cost hardly
+#: depends on it)
+KEEP_PROB = 0.9
+
+
+def attention(data: RankData) -> pd.DataFrame:
+    """Per attention (:func:`msprof_py.analyzers.attention.find`): its kernels and recorded
+    device time (forward, backward), the fused re-cost (``FlashAttentionScore`` plus, when
+    the backward was recorded, ``FlashAttentionScoreGrad``; a ``DropOutGenMaskV3`` each
+    with dropout), the saving, and the host dispatch time of the ops the fusion removes (one
+    op per direction stays)."""
+    cached = data.cache.get("attention_costs")
+    if cached is not None:
+        return cached
+    found = attention_finder.find(data)
+    spec = data.spec
+    if found.matches.empty or spec is None:
+        out = pd.DataFrame(columns=ATTENTION_COLUMNS)
+        data.cache["attention_costs"] = out
+        return out
+    m = found.members
+    ids = m["event_id"].to_numpy()
+    c = op_costs(data, np.unique(ids)).reindex(ids).fillna(0)
+    ops = data.host_ops.set_index("event_id")
+    host = (ops["end_ns"] - ops["start_ns"]).reindex(ids).fillna(0).to_numpy(dtype=float)
+    frame = pd.DataFrame(
+        {
+            "match": m["match"].to_numpy(),
+            "backward": (m["phase"] == "backward").to_numpy(),
+            "device_ns": c["device_ns"].to_numpy(),
+            "kernels": c["kernels"].to_numpy(),
+            "host_ns": host,
+        }
+    )
+    g = frame.groupby(["match", "backward"])
+    per = g.agg(
+        device_ns=("device_ns", "sum"),
+        kernels=("kernels", "sum"),
+        host_ns=("host_ns", "sum"),
+        host_max=("host_ns", "max"),
+    ).reset_index()
+    fwd = per[~per["backward"]].set_index("match")
+    bwd = per[per["backward"]].set_index("match")
+    matches = found.matches.set_index("match")
+    has_bwd = matches.index.isin(bwd.index)
+    fused = np.array(
+        [_flash_ns(spec, r, b) for r, b in zip(matches.itertuples(), has_bwd, strict=True)]
+    )
+    idx = matches.index
+    device = fwd["device_ns"].reindex(idx).fillna(0) + bwd["device_ns"].reindex(idx).fillna(0)
+    host_total = fwd["host_ns"].reindex(idx).fillna(0) + bwd["host_ns"].reindex(idx).fillna(0)
+    host_kept = fwd["host_max"].reindex(idx).fillna(0) + bwd["host_max"].reindex(idx).fillna(0)
+    kernels = fwd["kernels"].reindex(idx).fillna(0) + bwd["kernels"].reindex(idx).fillna(0)
+    out = pd.DataFrame(
+        {
+            "match": idx.to_numpy(),
+            "kernels": kernels.astype("int64").to_numpy(),
+            "device_ns": device.to_numpy(),
+            "forward_ns": fwd["device_ns"].reindex(idx).fillna(0).to_numpy(),
+            "backward_ns": bwd["device_ns"].reindex(idx).fillna(0).to_numpy(),
+            "fused_ns": fused,
+            "saved_ns": np.clip(device.to_numpy() - fused, 0, None),
+            "host_ns": host_total.to_numpy(),
+            "host_saved_ns": (host_total - host_kept).to_numpy(),
+            "has_backward": has_bwd,
+        }
+    )[ATTENTION_COLUMNS]
+    data.cache["attention_costs"] = out
+    return out
+
+
+def _flash_ns(spec: DeviceSpec, r: object, backward: bool) -> float:
+    """Device time of the fused kernels replacing one attention ``r`` (a row of the
+    attention matches): FlashAttentionScore (+ Grad), with its dropout masks."""
+    batch, sq, skv, d, dv = (int(getattr(r, k)) for k in ("batch", "sq", "skv", "d", "dv"))
+    dtype = str(r.dtype)
+    try:
+        size = ITEMSIZE[canonical(dtype)]
+    except (KeyError, ValueError):
+        dtype, size = "float32", 4
+    numels = batch * sq * skv
+    q, k, v, o = (size * batch * x for x in (sq * d, skv * d, skv * dv, sq * dv))
+    mask = sq * skv if r.masked else 0  # a bool [Sq, Skv] atten_mask
+    stats = 2 * batch * sq * STAT_WIDTH * 4
+    drop = drop_mask_cost(spec, KEEP_PROB, numels) if r.dropout else None
+    drop_bytes = drop.bytes if drop is not None else 0
+    drop_ns = drop.duration_ns if drop is not None else 0
+    forward_bytes = q + k + v + mask + o + stats + drop_bytes
+    total = (
+        drop_ns
+        + flash_attention_cost(
+            spec, batch=batch, sq=sq, skv=skv, d=d, dv=dv, dtype=dtype, nbytes=forward_bytes
+        ).duration_ns
+    )
+    if backward:  # reads q, k, v, mask, dout, out, the statistics; writes dq, dk, dv
+        back_bytes = q + k + v + mask + 2 * o + stats + drop_bytes + q + k + v
+        total += (
+            drop_ns
+            + flash_attention_cost(
+                spec,
+                batch=batch,
+                sq=sq,
+                skv=skv,
+                d=d,
+                dv=dv,
+                dtype=dtype,
+                nbytes=back_bytes,
+                backward=True,
+            ).duration_ns
+        )
+    return float(total)
 
 
 def amp(data: RankData) -> pd.DataFrame:

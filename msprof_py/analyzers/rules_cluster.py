@@ -38,7 +38,7 @@ def slow_rank(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if len(ctx.per_rank) < 2:
         raise Skip("one rank only (a cluster of two or more ranks is needed)")
     table = communication.ranks(ctx.per_rank)
-    slow = communication.slow_rank(table)
+    slow = communication.slow_rank(table, ctx.per_rank)
     assert slow is not None
     if slow["deviation"] < spec.thresholds["min_deviation"]:
         return spec.ok(None, {"ranks": table.to_dict("records")})
@@ -53,6 +53,9 @@ def slow_rank(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "cause": slow["cause"],
         "detail": f"per step vs the other ranks: {detail}",
     }
+    named = slow.get("idle_cause")
+    if named is not None:  # the host op or sync that keeps the device idle
+        values["cause"] = f"idle - {named['text']}"
     share = slow["excess_ns"] / slow["mean_ns"] if slow["mean_ns"] else 0.0
-    evidence = {"ranks": table.to_dict("records")}
+    evidence = {"ranks": table.to_dict("records"), "idle_cause": named}
     return spec.fire(values, share, us(slow["excess_ns"]), slow["slow_rank"], evidence)

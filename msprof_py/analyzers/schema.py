@@ -24,8 +24,11 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
 ``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
 ``op_statistic``    msprof's op_statistic table (every op type and core type)
 ``copy``            ``summary`` (one object per rank), ``by_direction``
-``compute_density`` ``ops`` (per kernel: FLOPs, bytes, intensity, TFLOP/s, class),
-                    ``classes``, ``utilisation`` (per step: device, cube, vector)
+``compute_density`` ``ops`` (per kernel: FLOPs, bytes, intensity, TFLOP/s, class; the
+                    longest), ``classes``, ``utilisation`` (per step: device, cube,
+                    vector); since 2: ``roofline`` (every kernel with FLOPs and bytes,
+                    aggregated by op type, engine and shapes, binned past 400 points;
+                    ``unit`` cube | vector | ai_cpu | other)
 ``step_breakdown``  ``steps`` (step_trace_time columns + free time by cause; per step
                     ``computing_ns + comm_not_overlapped_ns + free_ns == step_ns`` and
                     ``idle_*_ns`` (data loading, sync, dispatch, other, copy) sum to
@@ -98,6 +101,7 @@ TABLES: dict[str, list[str]] = {
     "compute_density.ops": compute.DENSITY_COLUMNS,
     "compute_density.classes": compute.CLASS_COLUMNS,
     "compute_density.utilisation": compute.UTILISATION_COLUMNS,
+    "compute_density.roofline": compute.ROOFLINE_COLUMNS,
     "step_breakdown.steps": timeline.BREAKDOWN_COLUMNS,
     "step_breakdown.idle": timeline.CAUSE_COLUMNS,
     "step_breakdown.gaps": timeline.GAP_COLUMNS,

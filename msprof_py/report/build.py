@@ -558,36 +558,41 @@ def _steps(a: Any) -> tuple[go.Figure, str]:
 def _roofline(a: Any, meta: dict[str, Any]) -> tuple[go.Figure | None, str]:
     from msprof_py.analyzers.context import load_spec
 
-    ops = a.compute_density["ops"]
+    # every kernel (aggregated by op type and shapes, binned when many), not only the longest
+    ops = a.compute_density.get("roofline")
+    if ops is None:
+        ops = a.compute_density["ops"]
     ops = ops[(ops["flops"] > 0) & (ops["intensity"] > 0)] if len(ops) else ops
     spec, why = load_spec(meta)  # from the profile itself, never a path it names
     note = f"device roofs unavailable: {why}" if spec is None else ""
     fig = go.Figure()
-    if len(ops):
+    units = ops["unit"] if "unit" in ops else pd.Series("kernels", index=ops.index)
+    for unit in sorted(units.unique()) if len(ops) else []:
+        part = ops[units == unit]
         hover = (
             "<b>"
-            + _esc(ops["name"])
+            + _esc(part["op_type"])
             + "</b> ("
-            + _esc(ops["op_type"])
-            + ", "
-            + _esc(ops["task_type"])
+            + _esc(part["task_type"])
             + ")<br>"
-            + _esc(ops["input_shapes"])
+            + _esc(part["input_shapes"])
             + " | "
-            + _esc(ops["input_dtypes"])
-            + "<br>bound: "
-            + _esc(ops["bound"])
+            + _esc(part["input_dtypes"])
+            + "<br>"
+            + part["count"].astype(str)
+            + " kernels, bound: "
+            + _esc(part["bound"])
         )
-        size = np.clip(np.sqrt(ops["total_ns"].to_numpy(dtype=float) / 1e3) * 2, 5, 40)
+        size = np.clip(np.sqrt(part["total_ns"].to_numpy(dtype=float) / 1e3) * 2, 5, 40)
         fig.add_trace(
             go.Scatter(
-                x=ops["intensity"],
-                y=ops["achieved_tflops"],
+                x=part["intensity"],
+                y=part["achieved_tflops"],
                 mode="markers",
                 marker={"size": size, "opacity": 0.7},
                 text=hover,
                 hovertemplate="%{text}<br>%{x:.3g} FLOP/B, %{y:.3g} TFLOP/s<extra></extra>",
-                name="kernels",
+                name=f"{unit} kernels",
             )
         )
     if spec is not None:

@@ -29,7 +29,11 @@ SAMPLE_ARGV = {
     "transformer": ["train_transformer.py", "--steps", "4"],
 }
 #: (sample, rule) pairs whose advice is applied and measured
-CHECKED = [("resnet", "fused_optimizer"), ("transformer", "fused_optimizer")]
+CHECKED = [
+    ("resnet", "fused_optimizer"),
+    ("transformer", "fused_optimizer"),
+    ("transformer", "fusion_attention"),
+]
 
 
 def _record(folder: Path, argv: list[str]) -> subprocess.Popen:

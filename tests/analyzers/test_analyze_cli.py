@@ -19,7 +19,7 @@ from msprof_py.analyzers.schema import FINDING_KEYS, HEADLINE_KEYS, TABLES, TOP_
 SCHEMA = {
     "top_ops": ["by_type", "by_name", "host"],
     "copy": ["summary", "by_direction"],
-    "compute_density": ["ops", "classes", "utilisation"],
+    "compute_density": ["ops", "classes", "utilisation", "roofline"],
     "step_breakdown": ["steps", "idle", "gaps"],
     "sync": ["summary", "points"],
     "memory": ["summary", "steps", "timeline"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from analyze_helpers import Builder, chain
 
-from msprof_py.analyzers import context, patterns, recost
+from msprof_py.analyzers import attention, context, patterns, recost
 from msprof_py.device.spec import DeviceSpec
 
 SPEC = DeviceSpec.load("ascend910b")
@@ -48,7 +48,9 @@ def test_conv_bn_relu_absent_when_the_data_does_not_flow() -> None:
     assert found(b) == []
 
 
-def test_attention_pattern_with_views_between() -> None:
+def test_attention_ops_join_no_other_pattern() -> None:
+    """Attention is matched on the dataflow (tests/analyzers/test_analyze_attention.py); the
+    elementwise ops inside it do not make an elementwise chain of their own."""
     b = Builder().step(0, 0, 100_000)
     chain(
         b,
@@ -62,7 +64,11 @@ def test_attention_pattern_with_views_between() -> None:
             ("aten::bmm", "32,64,64;32,64,32", "32,64,32", {"task_type": "AI_CORE"}),
         ],
     )
-    assert found(b) == [("attention", "bmm+div+masked_fill_+_softmax+copy_+bmm")]
+    data = context.prepare(b.build(), 0, warmup=0)
+    assert attention.find(data).matches["ops"].tolist() == [
+        "bmm+div+masked_fill_+_softmax+copy_+bmm"
+    ]
+    assert found(b) == []
 
 
 def test_patterns_do_not_cross_threads_and_skip_optimizer_steps() -> None:

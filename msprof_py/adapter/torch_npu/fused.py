@@ -19,8 +19,6 @@ memory, and the kernel's bytes are q, k, v, out, the softmax statistics and the 
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,19 +28,16 @@ import torch.nn.functional as F
 
 from msprof_py.adapter.custom_ops import device_call, host, launch_kernel, state, wrap
 from msprof_py.adapter.opcost import dtype_name, is_a2_class
-from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
-from msprof_py.device.records import TaskType
+from msprof_py.device import attention as device_attention
+from msprof_py.device.attention import STAT_WIDTH, flash_attention_cost
+from msprof_py.device.costmodel import KernelCost, vector_cost
 from msprof_py.device.spec import DeviceSpec
 
 __all__ = ["npu_fusion_attention", "npu_rms_norm", "npu_rotary_mul", "npu_swiglu"]
 
 _MAX_TOKENS = 2147483647
 #: last dim of softmax_max / softmax_sum (torch_npu's SOFTMAXMAX_LAST_DIMSHAPE)
-_STAT_WIDTH = 8
-#: vector instructions per score element of the online softmax (scale, pse, mask, row max,
-#: subtract, exp ~4, row sum, rescale, cast) and of its backward (recompute + dS = P * (dP - D))
-_SOFTMAX_OPS = 10.0
-_SOFTMAX_GRAD_OPS = 14.0
+_STAT_WIDTH = STAT_WIDTH
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -239,30 +234,6 @@ class _Attention:
 
     # -- costs --
 
-    def _cube(
-        self, spec: DeviceSpec, dtype: str, shapes: Sequence[tuple[int, int, int]], nbytes: int
-    ) -> KernelCost:
-        """The matmuls (m, n, k) of every (batch, head) pair, on one launch of cube cores."""
-        batch, sq, skv = self._cost_dims()
-        dims = {"q": sq, "kv": skv, "d": self.d, "dv": self.dv}
-        first, *rest = shapes
-        base = matmul_cost(
-            spec, *(dims[x] for x in first), batch=batch, dtype=dtype, bytes_moved=nbytes
-        )
-        cube, flops = base.cube_ns, base.flops
-        for shape in rest:
-            extra = matmul_cost(
-                spec,
-                *(dims[x] for x in shape),
-                batch=batch,
-                dtype=dtype,
-                block_dim=base.block_dim,
-                bytes_moved=0,
-            )
-            cube += extra.cube_ns
-            flops += extra.flops
-        return dataclasses.replace(base, cube_ns=cube, flops=flops)
-
     def _cost_dims(self) -> tuple[int, int, int]:
         """(batch * heads, Sq, Skv); TND: one batch of T query rows with the mean key length."""
         if not self.segments:
@@ -272,37 +243,20 @@ class _Attention:
         return self.head_num, rows, -(-pairs // max(rows, 1))
 
     def cost(self, dtype: str, nbytes: int, *, backward: bool) -> KernelCost:
-        """FlashAttentionScore(Grad): a MIX_AIC kernel, cube matmuls plus the online softmax."""
-        spec = state().npu.spec
-        if backward:  # S = QK^T (recompute), dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q
-            mm = (("q", "kv", "d"), ("kv", "dv", "q"), ("q", "kv", "dv"), ("q", "d", "kv"))
-            mm = (*mm, ("kv", "d", "q"))
-        else:  # S = QK^T, O = P V
-            mm = (("q", "kv", "d"), ("q", "dv", "kv"))
-        base = self._cube(spec, dtype, mm, nbytes)
-        density = self.density()
+        """FlashAttentionScore(Grad): a MIX_AIC kernel, cube matmuls plus the online softmax
+        (:func:`msprof_py.device.attention.flash_attention_cost`)."""
         batch, sq, skv = self._cost_dims()
-        scores = math.ceil(batch * sq * skv * density)
-        vec_blocks = min(spec.vector.cores, 2 * base.block_dim)  # a MIX group: 1 AIC + 2 AIV
-        softmax = vector_cost(
-            spec,
-            elements=scores,
-            dtype="float32",
-            bytes_moved=0,
-            ops_per_element=_SOFTMAX_GRAD_OPS if backward else _SOFTMAX_OPS,
-            block_dim=vec_blocks,
-        )
-        cube = base.cube_ns * density
-        vector = softmax.vector_ns
-        sched = base.sched_ns
-        return dataclasses.replace(
-            base,
-            task_type=TaskType.MIX_AIC,
-            cube_ns=cube,
-            vector_ns=vector,
-            duration_ns=sched + round(max(cube, vector, base.memory_ns)),
-            bound=bound_of(sched, cube, vector, base.memory_ns),
-            flops=base.flops * density,
+        return flash_attention_cost(
+            state().npu.spec,
+            batch=batch,
+            sq=sq,
+            skv=skv,
+            d=self.d,
+            dv=self.dv,
+            dtype=dtype,
+            nbytes=nbytes,
+            density=self.density(),
+            backward=backward,
         )
 
 
@@ -536,12 +490,7 @@ def _describe(
 def drop_mask_cost(keep_prob: float, numels: int) -> KernelCost | None:
     """The DropOutGenMaskV3 kernel generating the bit mask of ``numels`` scores (None
     without dropout); the mask's bytes are ``cost.bytes``."""
-    if not 0.0 < keep_prob < 1.0:
-        return None
-    nbytes = -(-numels // 128) * 128 // 8 + 32
-    return vector_cost(
-        state().npu.spec, elements=numels, dtype="uint8", bytes_moved=nbytes, ops_per_element=1 / 8
-    )
+    return device_attention.drop_mask_cost(state().npu.spec, keep_prob, numels)
 
 
 def _launch_drop_mask(spec: _Attention, numels: int, query: torch.Tensor) -> int:
