@@ -329,7 +329,7 @@ def train(device_ids, steps, tag):
     model = make_model().to("npu")
     ddp = DDP(model, device_ids=device_ids, bucket_cap_mb=0.3)
     opt = torch.optim.AdamW(ddp.parameters(), lr=LR, foreach=True)
-    losses, waits, overlapped = [], [], 0
+    losses, waits, overlapped, buckets = [], [], 0, []
     for step in range(steps):
         x, y = batch(rank, step)
         loss = nn.functional.mse_loss(ddp(x.to("npu")), y.to("npu"))
@@ -339,6 +339,7 @@ def train(device_ids, steps, tag):
         middle = len(log.tasks)
         opt.step()
         comm = [t for t in log.tasks[first:middle] if t.task_type is TaskType.HCCL]
+        buckets.append([t.bytes for t in comm if t.attrs["collective"] == "allreduce"])
         backward = [t for t in log.tasks[first:middle] if t.kind is TaskKind.KERNEL]
         after = [t for t in log.tasks[middle:] if t.kind is TaskKind.KERNEL]
         overlapped += sum(
@@ -348,7 +349,8 @@ def train(device_ids, steps, tag):
         waits.append(min(k.start_ns for k in after) >= max(c.end_ns for c in comm))
         losses.append(loss.item())
     torch.save([p.detach().cpu() for p in model.parameters()], f"{out}/{tag}{rank}.pt")
-    return {"losses": losses, "optimizer_waits": waits, "overlapped": overlapped}
+    return {"losses": losses, "optimizer_waits": waits, "overlapped": overlapped,
+            "buckets": buckets}
 
 
 res["ranked"] = train([local], STEPS, "ranked")
@@ -384,6 +386,28 @@ def _reference(steps: int) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
+STEPS_OF_DDP = 3
+
+
+def _ddp_buckets(steps: int, bucket_cap_mb: float) -> list[list[int]]:
+    """The gradient all-reduce sizes (bytes) real DDP issues per step for ``make_model``, from
+    torch's own bucket assignment: the first iteration runs one bucket of every gradient
+    (``find_unused_parameters=False``), then DDP rebuilds its buckets in the order the
+    gradients became ready (last layer first) with a 1 MiB first bucket and ``bucket_cap_mb``
+    after it, and all-reduces them in that order."""
+    import torch.distributed as dist
+
+    scope: dict[str, Any] = {}
+    exec(_DDP_COMMON, scope)
+    params = list(scope["make_model"]().parameters())
+    whole = sum(p.numel() * p.element_size() for p in params)
+    ready = list(reversed(params))  # a Sequential's gradients come back last layer first
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * 1024 * 1024)]
+    indices, _ = dist._compute_bucket_assignment_by_size(ready, limits, [False] * len(ready))
+    rebuilt = [sum(ready[i].numel() * ready[i].element_size() for i in b) for b in indices]
+    return [[whole]] + [rebuilt] * (steps - 1)
+
+
 def test_ddp_under_torchrun_matches_a_single_process_reference(tmp_path: Path) -> None:
     script = _write(tmp_path, "ddp.py", _DDP)
     cmd = [*_torchrun(), "--standalone", "--nproc-per-node=2", str(script), str(tmp_path)]
@@ -403,6 +427,7 @@ def test_ddp_under_torchrun_matches_a_single_process_reference(tmp_path: Path) -
     # after DDP rebuilt its buckets, gradient all-reduces run beside backward kernels
     assert ranked["overlapped"] > 0
     for res in results:
+        assert res["ranked"]["buckets"] == _ddp_buckets(STEPS_OF_DDP, bucket_cap_mb=0.3)
         allreduces = [t for t in res["hccl"] if t[0] == "allreduce"]
         assert len(allreduces) >= 5  # one per bucket and step
         for op, nbytes, duration, stream in res["hccl"]:

@@ -257,6 +257,7 @@ class _Attention:
             nbytes=nbytes,
             density=self.density(),
             backward=backward,
+            kv_share=self.kv_heads / self.head_num,
         )
 
 
