@@ -393,8 +393,8 @@ def _ddp_buckets(steps: int, bucket_cap_mb: float) -> list[list[int]]:
     """The gradient all-reduce sizes (bytes) real DDP issues per step for ``make_model``, from
     torch's own bucket assignment: the first iteration runs one bucket of every gradient
     (``find_unused_parameters=False``), then DDP rebuilds its buckets in the order the
-    gradients became ready (last layer first) with a 1 MiB first bucket and ``bucket_cap_mb``
-    after it, and all-reduces them in that order."""
+    gradients became ready (last layer first), ``bucket_cap_mb`` each (the 1 MiB first bucket
+    is the default cap's only), and all-reduces them in that order."""
     import torch.distributed as dist
 
     scope: dict[str, Any] = {}
@@ -402,7 +402,8 @@ def _ddp_buckets(steps: int, bucket_cap_mb: float) -> list[list[int]]:
     params = list(scope["make_model"]().parameters())
     whole = sum(p.numel() * p.element_size() for p in params)
     ready = list(reversed(params))  # a Sequential's gradients come back last layer first
-    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * 1024 * 1024)]
+    cap = int(bucket_cap_mb * 1024 * 1024)
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, cap] if bucket_cap_mb == 25 else [cap]
     indices, _ = dist._compute_bucket_assignment_by_size(ready, limits, [False] * len(ready))
     rebuilt = [sum(ready[i].numel() * ready[i].element_size() for i in b) for b in indices]
     return [[whole]] + [rebuilt] * (steps - 1)
