@@ -129,6 +129,62 @@ def link_params(hccl: HcclSpec, *, inter: bool) -> LinkParams:
     return LinkParams(alpha_ns * 1e-9, 1.0 / bandwidth, 1.0 / hccl.reduce_bandwidth, links)
 
 
+def group_link_params(hccl: HcclSpec) -> LinkParams:
+    """Link parameters between the HCCS groups of one server (PCIe on the 910A)."""
+    return LinkParams(
+        hccl.group_alpha_ns * 1e-9, 1.0 / hccl.group_bandwidth, 1.0 / hccl.reduce_bandwidth
+    )
+
+
+def _grouped(hccl: HcclSpec, ranks: int) -> bool:
+    """True when ``ranks`` ranks of one server span several HCCS groups (whole groups)."""
+    m = hccl.mesh_size
+    return bool(m) and ranks > m and ranks % m == 0
+
+
+def server_phases(
+    hccl: HcclSpec, op: CollectiveOp, n_bytes: float, ranks: int
+) -> tuple[str, list[tuple[str, float]]]:
+    """(algorithm name, [(phase, seconds)]) of ``op`` among ``ranks`` ranks of one server.
+
+    One HCCS group: the intra-server algorithm, flat. Several groups (an 8-chip 910A is two
+    4-chip meshes joined over PCIe): the same hierarchy as across servers, one level down -
+    all-reduce = group reduce-scatter(n) -> PCIe all-reduce(n/m) -> group all-gather(n),
+    all-gather = PCIe all-gather(n/m) -> group all-gather(n), reduce-scatter = group
+    reduce-scatter(n) -> PCIe reduce-scatter(n/m), broadcast = PCIe broadcast(n) -> group
+    broadcast(n) (``m = mesh_size``; a ring between the groups).
+    """
+    alg = Algorithm.parse(hccl.intra_algorithm)
+    link = link_params(hccl, inter=False)
+    if not _grouped(hccl, ranks):
+        seconds = collective_seconds(op, alg, ranks, n_bytes, link)
+        return alg.value, [(f"intra {op.label} ({alg})", seconds)]
+    m, groups, pcie = hccl.mesh_size, ranks // hccl.mesh_size, group_link_params(hccl)
+
+    def group(phase_op: CollectiveOp) -> tuple[str, float]:
+        seconds = collective_seconds(phase_op, alg, m, n_bytes, link)
+        return f"intra-group {phase_op.label} ({alg})", seconds
+
+    def across(phase_op: CollectiveOp, size: float) -> tuple[str, float]:
+        seconds = collective_seconds(phase_op, Algorithm.RING, groups, size, pcie)
+        return f"inter-group {phase_op.label} (ring, PCIe)", seconds
+
+    shard = n_bytes / m
+    if op is CollectiveOp.ALL_REDUCE:
+        steps = [
+            group(CollectiveOp.REDUCE_SCATTER),
+            across(CollectiveOp.ALL_REDUCE, shard),
+            group(CollectiveOp.ALL_GATHER),
+        ]
+    elif op is CollectiveOp.ALL_GATHER:
+        steps = [across(CollectiveOp.ALL_GATHER, shard), group(CollectiveOp.ALL_GATHER)]
+    elif op is CollectiveOp.REDUCE_SCATTER:
+        steps = [group(CollectiveOp.REDUCE_SCATTER), across(CollectiveOp.REDUCE_SCATTER, shard)]
+    else:
+        steps = [across(CollectiveOp.BROADCAST, n_bytes), group(CollectiveOp.BROADCAST)]
+    return f"grouped({alg}+ring)", steps
+
+
 def _steps(algorithm: Algorithm, p: int) -> int:
     """Latency steps of one reduce-scatter or all-gather phase."""
     if algorithm is Algorithm.MESH:
@@ -235,7 +291,9 @@ def collective_cost(
 
     # (phase name, seconds) in order
     steps: list[tuple[str, float]]
-    if forced is not None or world_size <= local or world_size % local:
+    if forced is None and world_size <= local:
+        name, steps = server_phases(hccl, op, n_bytes, world_size)
+    elif forced is not None or world_size % local:
         inter = world_size > local
         if forced is not None:
             alg = forced
@@ -249,17 +307,19 @@ def collective_cost(
         ]
     else:
         servers = world_size // local
-        intra_alg = Algorithm.parse(hccl.intra_algorithm)
         inter_alg = Algorithm.parse(hccl.inter_algorithm)
         if inter_alg is Algorithm.HD and servers & (servers - 1):
             inter_alg = Algorithm.NHR
-        name = f"hierarchical({intra_alg}+{inter_alg})"
-        intra_link = link_params(hccl, inter=False)
+        intra_name = server_phases(hccl, CollectiveOp.ALL_REDUCE, 0, local)[0]
+        name = f"hierarchical({intra_name}+{inter_alg})"
         inter_link = link_params(hccl, inter=True)
 
         def intra(phase_op: CollectiveOp) -> tuple[str, float]:
-            seconds = collective_seconds(phase_op, intra_alg, local, n_bytes, intra_link)
-            return f"intra {phase_op.label} ({intra_alg})", seconds
+            _, parts = server_phases(hccl, phase_op, n_bytes, local)
+            if len(parts) == 1:
+                return parts[0]
+            label = " -> ".join(part for part, _ in parts)
+            return f"intra {phase_op.label} [{label}]", sum(sec for _, sec in parts)
 
         def across(phase_op: CollectiveOp, size: float) -> tuple[str, float]:
             seconds = collective_seconds(phase_op, inter_alg, servers, size, inter_link)

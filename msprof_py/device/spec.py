@@ -154,6 +154,12 @@ class HcclSpec:
     reduce_bandwidth: float
     intra_algorithm: str
     inter_algorithm: str
+    #: ranks per HCCS group inside a server (0: the whole server is one group); an 8-chip 910A
+    #: server is two 4-chip HCCS meshes joined over PCIe
+    mesh_size: int = 0
+    #: the link between the HCCS groups of one server (PCIe): alpha and bandwidth per rank
+    group_alpha_ns: int = 0
+    group_bandwidth: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -482,6 +488,9 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
             ("reduce_bandwidth_gb_s", "reduce_bandwidth", _positive(_GB)),
             ("intra_algorithm", "intra_algorithm", _choice("mesh", "ring")),
             ("inter_algorithm", "inter_algorithm", _choice("ring", "hd", "nhr")),
+            ("mesh_size", "mesh_size", _int(0)),
+            ("group_alpha_us", "group_alpha_ns", _us_to_ns),
+            ("group_bandwidth_gb_s", "group_bandwidth", _positive(_GB)),
         ],
     ),
     "allocation": (
@@ -582,6 +591,11 @@ def _convert_fractal(
     return out
 
 
+#: fields a spec may leave out (added after profiles carrying their spec inline existed): the
+#: dataclass default applies, and the spec behaves as before the field existed
+OPTIONAL_FIELDS = frozenset({"hccl.mesh_size", "hccl.group_alpha_us", "hccl.group_bandwidth_gb_s"})
+
+
 def _build(raw: dict[str, Any], *, origin: str, default_source: str | None) -> DeviceSpec:
     sources: dict[str, str] = {}
     known = {"device", *_SECTIONS}
@@ -618,7 +632,14 @@ def _build(raw: dict[str, Any], *, origin: str, default_source: str | None) -> D
     top = {key: read("device", key, conv) for key, conv in _DEVICE_FIELDS}
     parts = {}
     for section, (cls, schema) in _SECTIONS.items():
-        parts[section] = cls(**{attr: read(section, key, conv) for key, attr, conv in schema})
+        given = raw.get(section)
+        given = given if isinstance(given, dict) else {}
+        present = [
+            (key, attr, conv)
+            for key, attr, conv in schema
+            if f"{section}.{key}" not in OPTIONAL_FIELDS or key in given
+        ]
+        parts[section] = cls(**{attr: read(section, key, conv) for key, attr, conv in present})
     spec = DeviceSpec(**top, **parts, sources=sources, origin=origin, raw=copy.deepcopy(raw))
     _check_consistency(spec, origin)
     return spec
@@ -640,6 +661,16 @@ def _check_consistency(spec: DeviceSpec, origin: str) -> None:
         raise SpecError(
             f"{origin}: field 'allocation.huge_page_bytes' must be a multiple of normal_page_bytes"
         )
+    hccl = spec.hccl
+    if hccl.mesh_size and (
+        hccl.mesh_size >= hccl.ranks_per_server or hccl.ranks_per_server % hccl.mesh_size
+    ):
+        raise SpecError(
+            f"{origin}: field 'hccl.mesh_size' must divide ranks_per_server and be smaller "
+            "(0: one group per server)"
+        )
+    if hccl.mesh_size and not hccl.group_bandwidth:
+        raise SpecError(f"{origin}: field 'hccl.group_bandwidth_gb_s' is needed with mesh_size")
     if alloc.small_segment_bytes < alloc.small_request_max_bytes:
         raise SpecError(
             f"{origin}: field 'allocation.small_segment_bytes' must hold a small request "
@@ -648,7 +679,8 @@ def _check_consistency(spec: DeviceSpec, origin: str) -> None:
 
 
 def spec_fields() -> list[str]:
-    """Every dotted field name a spec file must define (for documentation and tests)."""
+    """Every dotted field name a spec file defines (for documentation and tests); those in
+    :data:`OPTIONAL_FIELDS` may be left out."""
     names = [f"device.{k}" for k, _ in _DEVICE_FIELDS]
     for section, (_, schema) in _SECTIONS.items():
         names += [f"{section}.{key}" for key, _, _ in schema]

@@ -17,7 +17,7 @@ from msprof_py.device.collectives import (
     collective_seconds,
     link_params,
 )
-from msprof_py.device.spec import DeviceSpec, HcclSpec
+from msprof_py.device.spec import DeviceSpec, HcclSpec, SpecError
 
 # alpha = 10 us, beta = 1 / (10 GB/s), gamma = 1 / (100 GB/s)
 A, B, G = 10e-6, 1 / 10e9, 1 / 100e9
@@ -365,3 +365,69 @@ def test_a_mesh_with_fewer_links_than_peers_sends_in_rounds(hccl: HcclSpec) -> N
     alpha = hccl.intra_alpha_ns * 1e-9
     assert full.duration_ns == round((2 * (alpha + n / 8 * beta) + 7 / 8 * n * gamma) * 1e9)
     assert three.duration_ns == round((2 * (alpha + 3 * n / 8 * beta) + 7 / 8 * n * gamma) * 1e9)
+
+
+# ---- HCCS groups inside a server (910A: two 4-chip meshes joined over PCIe) -------------------
+
+
+def test_910a_server_is_two_meshes_joined_over_pcie() -> None:
+    """8 ranks of one 910A server, 100 MiB all-reduce, by hand: alpha 8 us and 30 GB/s per
+    HCCS link (3 links: a full mesh of 4 in one round), PCIe 10 us and 25 GB/s between the
+    groups, gamma = 1 / 320 GB/s."""
+    hccl = DeviceSpec.load("ascend910a").hccl
+    assert (hccl.mesh_size, hccl.intra_links, hccl.intra_algorithm) == (4, 3, "mesh")
+    n = 100 * 2**20
+    group_rs = 8e-6 + n / 4 / (30 * GB) + n * 3 / 4 / (320 * GB)
+    pcie_ar = 2 * (10e-6 + (n / 4) * (1 / 2) / (25 * GB)) + (n / 4) / 2 / (320 * GB)
+    group_ag = 8e-6 + n / 4 / (30 * GB)
+    cost = collective_cost(hccl, "allreduce", n, 8)
+    assert cost.algorithm == "grouped(mesh+ring)"
+    assert [name for name, _ in cost.phases] == [
+        "intra-group reduce-scatter (mesh)",
+        "inter-group all-reduce (ring, PCIe)",
+        "intra-group all-gather (mesh)",
+    ]
+    assert cost.duration_ns == round((group_rs + pcie_ar + group_ag) * 1e9)
+    # four ranks stay inside one group: one flat mesh, no PCIe
+    four = collective_cost(hccl, "allreduce", n, 4)
+    assert four.algorithm == "mesh" and four.duration_ns == round(
+        (2 * (8e-6 + n / 4 / (30 * GB)) + n * 3 / 4 / (320 * GB)) * 1e9
+    )
+
+
+def test_910a_across_servers_nests_the_groups() -> None:
+    hccl = DeviceSpec.load("ascend910a").hccl
+    cost = collective_cost(hccl, "allreduce", 64 * 2**20, 16)
+    assert cost.algorithm == "hierarchical(grouped(mesh+ring)+hd)"
+    assert len(cost.phases) == 3 and "PCIe" in cost.phases[0][0]
+    assert sum(ns for _, ns in cost.phases) == cost.duration_ns
+
+
+def test_a_spec_without_group_fields_keeps_one_group_per_server() -> None:
+    """Profiles recorded before the group fields carry specs without them: they load, and
+    their collectives cost what they did."""
+    raw = DeviceSpec.load("ascend910a").raw
+    old = dataclasses.replace(DeviceSpec.load("ascend910a").hccl, mesh_size=0)
+    trimmed = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for key in ("mesh_size", "group_alpha_us", "group_bandwidth_gb_s"):
+        del trimmed["hccl"][key]
+    spec = DeviceSpec.from_mapping(trimmed)
+    assert spec.hccl.mesh_size == 0
+    assert collective_cost(spec.hccl, "allreduce", 2**20, 8) == collective_cost(
+        old, "allreduce", 2**20, 8
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mesh_size": 3}, "mesh_size"),
+        ({"mesh_size": 8}, "mesh_size"),
+    ],
+)
+def test_group_fields_are_checked(fields: dict[str, int], message: str) -> None:
+    raw = DeviceSpec.load("ascend910a").raw
+    changed = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    changed["hccl"].update(fields)
+    with pytest.raises(SpecError, match=message):
+        DeviceSpec.from_mapping(changed)
