@@ -30,6 +30,21 @@ def step_list(steps: Any) -> str:
     return f"{len(steps):,} steps: {first}{sep}{last}"
 
 
+def numbers(values: list[int]) -> str:
+    """``0``, ``0, 2`` or ``0-3`` (a contiguous run)."""
+    values = sorted(values)
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]}-{values[-1]}"
+    return ", ".join(str(v) for v in values)
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """``1 rank (rank 0)``, ``2 ranks (ranks 0, 1)``, ``8 ranks (ranks 0-7)``."""
+    if len(ranks) == 1:
+        return f"1 rank (rank {ranks[0]})"
+    return f"{len(ranks)} ranks (ranks {numbers(ranks)})"
+
+
 def _us(ns: float) -> str:
     return f"{ns / 1e3:,.0f}"
 
@@ -66,7 +81,8 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
             "was killed?); figures cover what was recorded up to its last complete chunk"
         )
     console.print(
-        f"  ranks {info['ranks']} (details for rank {rank})   device {terminal(info['device'])}   "
+        f"  {ranks_text(list(info['ranks']))} (details for rank {rank})   "
+        f"device {terminal(info['device'])}   "
         f"steps {step_list(info['steps_analysed'])} from the {terminal(info['step_source'])}"
         f"{skipped}"
     )

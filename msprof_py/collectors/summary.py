@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from msprof_py.analyzers import Analysis
+from msprof_py.analyzers.render import numbers, ranks_text
 from msprof_py.analyzers.schema import headline
 from msprof_py.profile.meta import UNFINISHED
 from msprof_py.safe_text import cell, terminal, visible
@@ -32,21 +33,6 @@ def summary_console() -> Console:
     if not console.is_terminal:
         console.width = max(console.width, LOG_WIDTH)
     return console
-
-
-def numbers(values: list[int]) -> str:
-    """``0``, ``0, 2`` or ``0-3`` (a contiguous run)."""
-    values = sorted(values)
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]}-{values[-1]}"
-    return ", ".join(str(v) for v in values)
-
-
-def ranks_text(ranks: list[int]) -> str:
-    """``1 rank (rank 0)``, ``2 ranks (ranks 0, 1)``, ``8 ranks (ranks 0-7)``."""
-    if len(ranks) == 1:
-        return f"1 rank (rank {ranks[0]})"
-    return f"{len(ranks)} ranks (ranks {numbers(ranks)})"
 
 
 def status_text(status: dict[int, str | None]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from msprof_py.gates.figures import GateFigures
+from msprof_py.gates.numbers import with_unit
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,11 @@ class Check:
 
     def describe(self) -> str:
         """One line: ``step_time_ms = 13.1 ms > limit 12.5 ms``."""
-        unit = f" {self.unit}" if self.unit else ""
         relation = (
             ("<=" if self.ceiling else ">=") if self.passed else (">" if self.ceiling else "<")
         )
-        text = f"{self.metric} = {self.value:.6g}{unit} {relation} limit {self.limit:.6g}{unit}"
+        value, limit = with_unit(self.value, self.unit), with_unit(self.limit, self.unit)
+        text = f"{self.metric} = {value} {relation} limit {limit}"
         return f"{text} ({self.note})" if self.note else text
 
     def to_dict(self) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def _relative_check(
 ) -> Check:
     limit = base * (1 + allowed) if ceiling else base * (1 - allowed)
     sign = "+" if ceiling else "-"
-    shown = f"{base:.6g}{' ' + unit if unit else ''}"
+    shown = with_unit(base, unit)
     if base:
         note = f"{(value - base) / base:+.2%} vs baseline {shown}; allowed {sign}{allowed:.2%}"
     else:

@@ -11,6 +11,7 @@ from msprof_py.exporters.sizes import human_bytes
 from msprof_py.gates.check import Check
 from msprof_py.gates.diff import SAME, Diff
 from msprof_py.gates.gate import GateResult
+from msprof_py.gates.numbers import with_unit
 from msprof_py.safe_text import cell, markdown_code, markdown_text, visible, xml_text
 
 #: GitHub's limit for one step's job summary
@@ -23,8 +24,7 @@ def value_text(value: float | None, unit: str = "") -> str:
         return "-"
     if math.isinf(value):
         return "inf"
-    text = f"{value:.6g}"
-    return f"{text} {unit}" if unit else text
+    return with_unit(value, unit)
 
 
 def limit_text(check: Check) -> str:
