@@ -329,9 +329,9 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(table, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
+    from msprof_py.console import make_console
     from msprof_py.safe_text import cell
 
     out = Table(title="Simulated NPU presets" if not spec_file else f"Device spec {spec_file}")
@@ -341,7 +341,7 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     figures = [key for key in next(iter(table.values())) if key != "description"]
     for key in figures:
         out.add_row(key, *(cell(entry[key]) for entry in table.values()))
-    Console().print(out)
+    make_console().print(out)
 
 
 def _register_subcommands() -> None:

@@ -262,6 +262,12 @@ def notes(data: context.RankData) -> list[str]:
             "msprof --steps-from N to end steps only at optimizer N's step(), or --steps-from "
             "marks with prof.step() / msprof_py.step() in the loop)"
         )
+    if data.step_source in ("task step numbers", "whole run (no steps)"):
+        out.append(
+            "no step boundary was recorded (no optimizer.step(), prof.step() or msprof_py.step() "
+            "ran): the whole run counts as one step; call msprof_py.step() at the end of each "
+            "iteration for per-step figures"
+        )
     if choice.windows != "device" and len(data.all_tasks):
         out.append("no analysed step launched device work: step times are host marks")
     return out

@@ -11,6 +11,7 @@ from rich.table import Table
 from msprof_py.analyzers.api import Analysis
 from msprof_py.analyzers.findings import FIRED, SKIPPED
 from msprof_py.analyzers.schema import headline
+from msprof_py.console import make_console
 from msprof_py.safe_text import cell, terminal, visible
 
 PRIORITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -68,7 +69,7 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
 
 def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
     """Print the analysis: headline, step breakdown, top ops, cluster view, findings."""
-    console = console or Console()
+    console = console or make_console()
     info = a.profile
     rank = info["focus_rank"]
     h = headline(a)

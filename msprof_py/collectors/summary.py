@@ -16,6 +16,7 @@ from rich.table import Table
 from msprof_py.analyzers import Analysis
 from msprof_py.analyzers.render import numbers, ranks_text
 from msprof_py.analyzers.schema import headline
+from msprof_py.console import make_console
 from msprof_py.profile.meta import UNFINISHED
 from msprof_py.safe_text import cell, terminal, visible
 
@@ -23,16 +24,11 @@ from msprof_py.safe_text import cell, terminal, visible
 TOP_FINDINGS = 5
 #: a finding's message is cut to this many characters (one line)
 FINDING_WIDTH = 100
-#: table width when the output is no terminal (a pipe, a CI log): wide, never wrapped
-LOG_WIDTH = 200
 
 
 def summary_console() -> Console:
     """Stderr; when it is no terminal, wide enough that no line wraps."""
-    console = Console(stderr=True, soft_wrap=True)
-    if not console.is_terminal:
-        console.width = max(console.width, LOG_WIDTH)
-    return console
+    return make_console(stderr=True)
 
 
 def status_text(status: dict[int, str | None]) -> str:

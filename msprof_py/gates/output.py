@@ -57,14 +57,11 @@ def _describe(check: Check, multi_rank: bool) -> str:
 
 
 def _console() -> Any:
-    """A console for the tables: the terminal's width, at least 140 columns in a pipe or CI
-    log (where rich would assume 80 and squeeze the columns)."""
-    from rich.console import Console
+    """A console for the tables: the terminal's width; in a pipe or CI log wide enough that
+    nothing wraps (where rich would assume 80 and squeeze the columns)."""
+    from msprof_py.console import make_console
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, 140)
-    return console
+    return make_console()
 
 
 def render_gate(result: GateResult, console: Any = None) -> None:

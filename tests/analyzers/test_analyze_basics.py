@@ -99,3 +99,19 @@ def test_unknown_device_spec_is_reported_not_raised() -> None:
 def test_empty_profiles_prepare(n: int) -> None:
     data = context.prepare(steps(Builder(), n, 1000).build(), 0)
     assert data.tasks.empty
+
+
+def test_a_run_without_step_marks_says_how_to_mark_them() -> None:
+    """A loop with no optimizer.step() (a manual SGD update, as the word language model
+    example does) records no step boundary: the analysis says the run is one step and how
+    to mark steps; a run with steps does not get the note."""
+    from msprof_py.analyzers import analyze
+
+    unmarked = Builder()
+    unmarked.op("aten::mm", 0, 1_000, [{"start": 2_000, "end": 9_000, "op_type": "MatMul"}])
+    notes = analyze(unmarked.build()).profile["notes"]
+    assert any("no step boundary was recorded" in n and "msprof_py.step()" in n for n in notes)
+    marked = steps(Builder(), 2, 10_000)
+    marked.op("aten::mm", 0, 1_000, [{"start": 2_000, "end": 9_000, "op_type": "MatMul"}])
+    notes = analyze(marked.build()).profile["notes"]
+    assert not any("no step boundary" in n for n in notes)
