@@ -6,6 +6,8 @@ it raises :class:`Skip` naming the data it lacks.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from msprof_py.analyzers import compute, copies, memory, syncs, timeline
@@ -171,7 +173,9 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """The device is idle most of the step: a larger batch would use it better."""
+    """The device is idle most of the step and memory allows a larger batch: the largest batch
+    that keeps peak memory within ``memory_limit`` of the device (capped at ``max_batch``),
+    with the throughput it models."""
     data = ctx.data
     need_tasks(data)
     util = compute.utilisation(data)
@@ -182,40 +186,46 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {"utilisation": u})
     if busy <= 0:
         raise Skip("no kernel or collective ran in the analysed steps")
-    mem = memory.summary(data, ctx.batch_size)
-    scale = mem.get("max_batch_scale")
-    batch_text = ""
-    gain = None
-    if scale is not None:
-        if mem.get("max_batch_size"):
-            batch_text = f" (batch {mem['batch_size']} -> {mem['max_batch_size']})"
-        k = max(1.0, min(scale, 1 / u if u > 0 else scale))
-        per_step = step / data.n_steps
-        busy_step = busy / data.n_steps
-        gain = per_step - max(per_step, k * busy_step) / k
-    else:
-        batch_text = " (memory use was not recorded: scale unknown)"
-    headroom = (
-        f"Memory allows a batch {scale:.1f}x larger{batch_text} (activation memory "
-        "extrapolated linearly to 80% of device memory)"
-        if scale is not None
-        else f"The batch that fits is unknown{batch_text}"
-    )
-    values = {
-        "utilisation": u,
-        "fill": 1 / u,
-        "scale": scale,
-        "batch_text": batch_text,
-        "headroom": headroom,
-    }
+    limit = float(spec.thresholds.get("memory_limit", memory.LIMIT))
+    cap = int(spec.thresholds.get("max_batch", 256))
+    mem = memory.summary(data, ctx.batch_size, limit)
+    batch, scale = mem.get("batch_size"), mem.get("max_batch_scale")
+    if scale is None:
+        raise Skip("device memory was not recorded (the batch that fits is unknown)")
+    if not batch:
+        raise Skip("the batch size is unknown (no host-to-device input copy; pass --batch-size)")
+    fits = math.floor(batch * scale)
+    best = min(cap, fits)
     evidence = {
-        "batch_size": mem.get("batch_size"),
+        "utilisation": u,
+        "batch_size": batch,
         "batch_size_source": mem.get("batch_size_source"),
-        "max_batch_size": mem.get("max_batch_size"),
+        "largest_batch_in_memory": fits,
+        "max_batch": cap,
+        "memory_limit": limit,
         "cube_utilisation": float(util["cube_busy_ns"].sum() / step) if step else 0.0,
         "vector_utilisation": float(util["vector_busy_ns"].sum() / step) if step else 0.0,
     }
-    return spec.fire(values, 1.0 - u, None if gain is None else us(gain), data.rank, evidence)
+    if best <= batch:
+        why = "at the cap" if batch >= cap else "no larger batch fits in memory"
+        return spec.ok(data.rank, {**evidence, "why": why})
+    k = best / batch
+    per_step, busy_step = step / data.n_steps, busy / data.n_steps
+    new_step = max(per_step, k * busy_step)  # device work grows with the batch, host stays
+    now, then = batch / per_step * 1e9, best / new_step * 1e9
+    values = {
+        "utilisation": u,
+        "batch": batch,
+        "best": best,
+        "limit": limit,
+        "capped": f" (capped at {cap})" if fits > cap else "",
+        "step_us": us(new_step),
+        "throughput": then,
+        "throughput_now": now,
+        "speedup": then / now,
+    }
+    gain = per_step - new_step / k  # step time per current batch of samples
+    return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
 
 
 def memory_near_capacity(ctx: RuleContext, spec: RuleSpec) -> Finding:
