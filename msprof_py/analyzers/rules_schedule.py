@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from msprof_py.analyzers import compute, copies, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
@@ -71,8 +72,62 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     return spec.fire(values, share, values["time_us"], data.rank, evidence)
 
 
+#: what to do about exposed copies of each kind (direction, pinned) - pinning only where the
+#: copy crosses the host link from pageable memory
+COPY_ADVICE = {
+    ("H2D", False): (
+        "load batches into pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) "
+        "and copy with non_blocking=True"
+    ),
+    ("H2D", True): (
+        "the source is already pinned: copy with non_blocking=True and prefetch the next batch "
+        "on a side stream (torch.npu.Stream + wait_stream) so the copy runs under the previous "
+        "step's compute"
+    ),
+    ("D2H", False): (
+        "read results back less often (log every N steps) and into pinned buffers with "
+        "non_blocking=True"
+    ),
+    ("D2H", True): "read results back less often (log every N steps), asynchronously",
+    ("D2D", False): (
+        "avoid device-to-device copies in the step: drop .clone()/.contiguous()/.to() of "
+        "device tensors that are used once, use views or in-place ops, or keep the tensor in "
+        "the layout its consumer needs"
+    ),
+}
+
+
+def _copy_advice(exposed: pd.DataFrame) -> tuple[list[str], list[dict[str, object]]]:
+    """Advice for the copy kinds that run exposed, largest first, and their figures."""
+    kinds = exposed.assign(pinned=exposed["pinned"].astype(bool))
+    kinds.loc[kinds["direction"] == "D2D", "pinned"] = False
+    g = (
+        kinds.groupby(["direction", "pinned"], sort=False)["exposed"]
+        .agg(["size", "sum"])
+        .sort_values("sum", ascending=False)
+    )
+    texts, rows = [], []
+    for (direction, pinned), r in g.iterrows():
+        if r["sum"] <= 0:
+            continue
+        text = COPY_ADVICE.get((direction, bool(pinned)))
+        if text and text not in texts:
+            texts.append(text)
+        rows.append(
+            {"direction": direction, "pinned": bool(pinned), "count": int(r["size"]),
+             "exposed_ns": float(r["sum"])}
+        )  # fmt: skip
+    return texts, rows
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper-cased and a full stop."""
+    return text[:1].upper() + text[1:] + "."
+
+
 def exposed_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """Copies running with no compute beside them (on the critical path)."""
+    """Copies running with no compute beside them (on the critical path); the advice follows
+    each copy's kind: pin pageable host copies, prefetch pinned ones, avoid device copies."""
     data = ctx.data
     need_tasks(data)
     s = copies.summary(data, value_reads=False)  # .item() read-backs: the sync rule's
@@ -91,19 +146,33 @@ def exposed_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
     )
     t = top.iloc[0]
     n = data.n_steps
+    host_link = t["direction"] in ("H2D", "D2H")
+    memory = (" (pinned)" if t["pinned"] else " (pageable)") if host_link else ""
+    texts, kinds = _copy_advice(top)
+    pageable = s["pageable_count"] / n
     values = {
         "time_us": us(s["exposed_per_step_ns"]),
         "share": share,
         "copy_ratio": s["copy_ratio"],
-        "pageable_per_step": s["pageable_count"] / n,
-        "pageable_us": us(s["pageable_ns"] / n),
-        "top": (
-            f"{t['direction']} {t['bytes'] / MIB:.2f} MiB "
-            f"({'pinned' if t['pinned'] else 'pageable'}) {us(t['duration_ns']):.1f} us"
+        "pageable_text": (
+            f", {pageable:.0f} of them from pageable memory ({us(s['pageable_ns'] / n):.1f} us)"
+            if pageable > 0
+            else ""
         ),
+        "top": f"{t['direction']} {t['bytes'] / MIB:.2f} MiB{memory} {us(t['duration_ns']):.1f} us",
+        "fix": _sentence("; ".join(texts)) if texts else "Overlap copies with compute.",
     }
     evidence = {
+        "pageable_per_step": pageable,
+        "pageable_us": us(s["pageable_ns"] / n),
         "host_blocked_us_per_step": us(s["host_blocked_ns"] / n),
+        "by_kind": [
+            {
+                **{c: v for c, v in k.items() if c != "exposed_ns"},
+                "exposed_us_per_step": us(k["exposed_ns"] / n),
+            }
+            for k in kinds
+        ],
         "by_direction": copies.by_direction(data).drop(columns="rank").to_dict("records"),
     }
     return spec.fire(values, share, us(gain / n), data.rank, evidence)
