@@ -44,6 +44,26 @@ def need_host_ops(data: RankData) -> None:
         raise Skip("tasks are not linked to host ops (host_op_id is -1 everywhere)")
 
 
+#: module class names a compiled model's ops run under (torch.compile's wrapper, FX graphs)
+COMPILED_MODULES = ("OptimizedModule", "GraphModule")
+COMPILED_NOTE = (
+    " The model is already compiled ({which} in its module path): on this device compiled "
+    "graphs run op by op (aot_eager), so compiling does not remove these kernels."
+)
+
+
+def compiled_note(data: RankData) -> str:
+    """A sentence for advice when the model is compiled (empty when it is not)."""
+    note = data.cache.get("compiled_note")
+    if note is None:
+        modules = data.host_ops["module"].astype(object).fillna("").astype(str)
+        found = [m for m in COMPILED_MODULES if modules.str.contains(m, regex=False).any()]
+        note = data.cache["compiled_note"] = (
+            COMPILED_NOTE.format(which=" and ".join(found)) if found else ""
+        )
+    return note
+
+
 def us(ns: float) -> float:
     """Nanoseconds to microseconds."""
     return float(ns) / 1e3
@@ -91,6 +111,7 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "fused_us_per_step": us(sel["fused_ns"].sum() / n),
         "launches_saved_per_step": float((sel["kernels"] - 1).sum() / n),
         "host_dispatch_saved_us_per_step": us(sel["host_saved_ns"].sum() / n),
+        "compiled": bool(compiled_note(data)),
         "ops": [
             {
                 "pattern": r.pattern,
@@ -104,7 +125,9 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in groups.head(5).itertuples()
         ],
     }
-    return spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    finding = spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    finding.advice += compiled_note(data)
+    return finding
 
 
 def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:

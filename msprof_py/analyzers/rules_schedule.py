@@ -15,7 +15,13 @@ from msprof_py.analyzers import compute, copies, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
-from msprof_py.analyzers.rules_compute import RuleContext, need_spec, need_tasks, us
+from msprof_py.analyzers.rules_compute import (
+    RuleContext,
+    compiled_note,
+    need_spec,
+    need_tasks,
+    us,
+)
 from msprof_py.device import costmodel
 from msprof_py.device.records import CopyKind
 
@@ -67,9 +73,12 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
                 "share": r.share_of_step,
             }
             for r in top.itertuples()
-        ]
+        ],
+        "compiled": bool(compiled_note(data)),
     }
-    return spec.fire(values, share, values["time_us"], data.rank, evidence)
+    finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
+    finding.advice += compiled_note(data)
+    return finding
 
 
 #: what to do about exposed copies of each kind (direction, pinned) - pinning only where the
