@@ -428,7 +428,8 @@ def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """Ops on the AI CPU, with the dtype or op to change."""
+    """Ops on the AI CPU, with the dtype or op to change where the user's code made them and
+    the source's own advice where a framework internal did (no gain counted for those)."""
     data = ctx.data
     need_tasks(data)
     t = aicpu.tasks(data)
@@ -438,30 +439,48 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {"aicpu_tasks": len(t)})
     need_spec(data)
     n = data.n_steps
-    by_dtype = t["to_dtype"] != ""
+    user = (t["source"] == "user").to_numpy()
+    by_dtype = (t["to_dtype"] != "").to_numpy()
     vector = recost.aicpu_as_vector_ns(data, t, t["to_dtype"].where(by_dtype, "float32"))
-    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype.to_numpy()].sum())
+    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype & user].sum())
     sched = data.spec.aicpu.launch_overhead_ns
-    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype.to_numpy()].sum())
+    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype & user].sum())
     table = aicpu.table(data)
     table = table[table["op_type"].isin(t["op_type"])]
-    top = table.iloc[0]
+    users = table[table["source"] == "user"]
+    top = (users if len(users) else table).iloc[0]
+    framework = table[table["source"] != "user"]
+    fw_text = ""
+    if len(framework):
+        fw_ns = float(t.loc[~user, "duration_ns"].sum())
+        names = ", ".join(dict.fromkeys(framework["source"].astype(str)))
+        fw_text = (
+            f" {us(fw_ns / n):.1f} us per step come from framework internals ({names}), not "
+            "from the script: no dtype change applies to them."
+        )
+    change = (
+        f"Change: {top['change']} - {top['suggestion']}."
+        if top["source"] == "user"
+        else f"Source: {top['source']} - {top['suggestion']}."
+    )
     values = {
         "count_per_step": len(t) / n,
         "time_us": us(t["duration_ns"].sum() / n),
         "share": share,
         "top": f"{top['name']} ({top['op_type']}, {top['input_dtypes'] or 'no tensors'}, "
         f"{us(top['total_ns'] / n):.1f} us per step)",
-        "change": f"Change: {top['change']} - {top['suggestion']}.",
+        "change": change + fw_text,
     }
     evidence = {
         "modelled_gain_us_per_step": us(modelled / n),
         "heuristic_gain_us_per_step": us(heuristic / n),
+        "framework_us_per_step": us(float(t.loc[~user, "duration_ns"].sum()) / n),
         "ops": [
             {
                 "name": r.name,
                 "op_type": r.op_type,
                 "dtypes": r.input_dtypes,
+                "source": r.source,
                 "per_step": r.count / n,
                 "us_per_step": us(r.total_ns / n),
                 "share": r.share_of_step,
@@ -474,4 +493,9 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     finding = spec.fire(values, share, us((modelled + heuristic) / n), data.rank, evidence)
     if heuristic > modelled:
         finding.gain_model = "heuristic"
+    if not user.any():
+        finding.advice = (
+            "Nothing to change in the script: these AI CPU tasks are framework internals "
+            "(see each op's source)."
+        )
     return finding
