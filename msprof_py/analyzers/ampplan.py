@@ -485,16 +485,22 @@ def scaler_ops(data: RankData) -> np.ndarray:
     return ops["event_id"].to_numpy()[mask]
 
 
-def _idle_after(tasks: pd.DataFrame, reads: pd.DataFrame) -> float:
-    """Device idle time after each value read until the next task starts (the host waited
-    for the value, then dispatches again: the device has nothing queued meanwhile)."""
+def _idle_after(data: RankData, reads: pd.DataFrame) -> float:
+    """Device idle time after each value read until the host's next sync: the host waited for
+    the value, so the device's queue ran dry and refills only as fast as the host dispatches
+    (the idle gaps, copies excepted, that start in that span)."""
     if reads.empty:
         return 0.0
-    starts = np.sort(tasks["start_ns"].to_numpy())
-    ends = reads["end_ns"].to_numpy()
-    nxt = np.searchsorted(starts, ends, side="left")
-    after = np.where(nxt < len(starts), starts[np.minimum(nxt, len(starts) - 1)] - ends, 0)
-    return float(np.clip(after, 0, None).sum())
+    gaps = timeline.idle_gaps(data)
+    gaps = gaps[gaps["cause"] != "copies"]
+    syncs = np.sort(data.host.loc[data.host["kind"] == "sync", "start_ns"].to_numpy())
+    total = 0.0
+    for end in reads["end_ns"].to_numpy():
+        nxt = syncs[np.searchsorted(syncs, end, side="right") :]
+        until = nxt[0] if len(nxt) else np.iinfo(np.int64).max
+        inside = (gaps["start_ns"] >= end) & (gaps["start_ns"] < until)
+        total += float(gaps.loc[inside, "duration_ns"].sum())
+    return total
 
 
 def in_use(data: RankData) -> dict[str, Any] | None:
@@ -550,7 +556,7 @@ def in_use(data: RankData) -> dict[str, Any] | None:
         "scaler_found": bool(len(sc_ops)),
         "scaler_ns": (
             float(sc_kern["duration_ns"].sum() + sc_copies["duration_ns"].sum())
-            + _idle_after(t, reads)
+            + _idle_after(data, reads)
         )
         / n,
         "scaler_reads": len(reads) / n,
