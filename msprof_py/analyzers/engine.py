@@ -26,6 +26,7 @@ RULES: dict[str, Rule] = {
     "fusion_elementwise_chain": rules_compute.fusion,
     "fused_optimizer": rules_compute.fused_optimizer,
     "amp_fp32_cube": rules_compute.amp_fp32_cube,
+    "amp_overhead": rules_compute.amp_overhead,
     "transdata_heavy": rules_compute.transdata_heavy,
     "aicpu_fallback": rules_compute.aicpu_fallback,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from msprof_py.analyzers import aicpu, formats, optimizer, patterns, recost, timeline
+from msprof_py.analyzers import aicpu, ampplan, formats, optimizer, patterns, recost, timeline
 from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 
@@ -42,6 +42,26 @@ def need_host_ops(data: RankData) -> None:
         raise Skip("no host ops recorded (the op sequence is needed for the dataflow)")
     if not (data.tasks["host_op_id"] >= 0).any():
         raise Skip("tasks are not linked to host ops (host_op_id is -1 everywhere)")
+
+
+#: module class names a compiled model's ops run under (torch.compile's wrapper, FX graphs)
+COMPILED_MODULES = ("OptimizedModule", "GraphModule")
+COMPILED_NOTE = (
+    " The model is already compiled ({which} in its module path): on this device compiled "
+    "graphs run op by op (aot_eager), so compiling does not remove these kernels."
+)
+
+
+def compiled_note(data: RankData) -> str:
+    """A sentence for advice when the model is compiled (empty when it is not)."""
+    note = data.cache.get("compiled_note")
+    if note is None:
+        modules = data.host_ops["module"].astype(object).fillna("").astype(str)
+        found = [m for m in COMPILED_MODULES if modules.str.contains(m, regex=False).any()]
+        note = data.cache["compiled_note"] = (
+            COMPILED_NOTE.format(which=" and ".join(found)) if found else ""
+        )
+    return note
 
 
 def us(ns: float) -> float:
@@ -91,6 +111,7 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "fused_us_per_step": us(sel["fused_ns"].sum() / n),
         "launches_saved_per_step": float((sel["kernels"] - 1).sum() / n),
         "host_dispatch_saved_us_per_step": us(sel["host_saved_ns"].sum() / n),
+        "compiled": bool(compiled_note(data)),
         "ops": [
             {
                 "pattern": r.pattern,
@@ -104,7 +125,9 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in groups.head(5).itertuples()
         ],
     }
-    return spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    finding = spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    finding.advice += compiled_note(data)
+    return finding
 
 
 def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
@@ -184,7 +207,8 @@ def _serial_gain(data: RankData, host_saved: float, device_saved: float) -> tupl
 
 
 def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """fp32 matmuls and convolutions that autocast would run in fp16/bf16."""
+    """fp32 matmuls and convolutions that autocast would run in fp16/bf16, when the modelled
+    step (casts and their dispatch included, :mod:`msprof_py.analyzers.ampplan`) is faster."""
     data = ctx.data
     need_tasks(data)
     need_spec(data)
@@ -194,32 +218,171 @@ def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:
     ratio = float(k["rate_ratio"].iloc[0])
     n = data.n_steps
     time = float(k["recorded_ns"].sum())
-    gain = float(k["saved_ns"].sum())
     share = data.share(time)
-    if ratio <= 1.0 or share < spec.thresholds["min_share"] or gain <= 0:
-        return spec.ok(data.rank, {"fp32_cube_share": share, "modelled_gain_us": us(gain / n)})
+    if ratio <= 1.0 or share < spec.thresholds["min_share"]:
+        return spec.ok(data.rank, {"fp32_cube_share": share})
+    need_host_ops(data)
+    plan = ampplan.plan(data)
+    if plan is None:
+        raise Skip("the float32 cube kernels are not linked to host ops")
     top = (
         k.groupby(["name", "input_shapes"], sort=False, observed=True)["recorded_ns"]
         .sum()
         .sort_values(ascending=False)
     )
     (name, shape), top_ns = top.index[0], top.iloc[0]
+    kern = plan.kernels
+    saved = float((kern["recorded_ns"] - kern["amp_ns"]).sum()) / n
+    cube = kern[kern["role"] == "cube"]
     values = {
         "kernels_per_step": len(k) / n,
         "time_us": us(time / n),
         "share": share,
         "rate_ratio": ratio,
+        "dtype": plan.dtype,
         "example": f"{name} [{shape}] ({us(top_ns / n):.1f} us per step)",
+        "saved_us": us(saved),
+        "casts_per_step": len(plan.casts) / n,
+        "cast_us": us(plan.per_step(plan.casts, "ns")),
+        "host_us": us(plan.host_delta_ns),
+        "step_change_us": us(plan.step_delta_ns),
+        "host_busy_us": us(plan.host_ns),
+        "device_us": us(plan.device_ns),
     }
+    cube_saved = plan.per_step(cube, "recorded_ns") - plan.per_step(cube, "amp_ns")
     evidence = {
-        "amp_us_per_step": us(k["amp_ns"].sum() / n),
-        "cast_us_per_step": us(k["cast_ns"].sum() / n),
+        "cube_saved_us_per_step": us(cube_saved),
+        "vector_saved_us_per_step": us(saved - cube_saved),
+        "casts": _cast_summary(plan),
         "ops": [
             {"name": nm, "input_shapes": sh, "us_per_step": us(v / n), "share": data.share(v)}
             for (nm, sh), v in top.head(5).items()
         ],
+        "apply": {"autocast": plan.dtype},
+        "apis": [{"api": "torch.autocast", "args": ["npu"], "kwargs": {"dtype": plan.dtype}}],
     }
-    return spec.fire(values, share, us(gain / n), data.rank, evidence)
+    gain = -plan.step_delta_ns
+    if gain < spec.thresholds.get("min_gain_share", 0.0) * data.mean_step_ns:
+        finding = spec.ok(data.rank, {**values, **evidence, "modelled_gain_us": us(gain)})
+        finding.message = (
+            f"Autocast ({plan.dtype}) would not pay here: it saves {values['saved_us']:.1f} us "
+            f"of cube and vector time per step, but its {values['casts_per_step']:.0f} Cast "
+            f"kernels take {values['cast_us']:.1f} us and {values['host_us']:.1f} us of host "
+            f"dispatch (modelled step change {values['step_change_us']:+.1f} us); the "
+            f"float32 cube work is {share:.1%} of the step."
+        )
+        return finding
+    return spec.fire(values, share, us(gain), data.rank, evidence)
+
+
+def _cast_summary(plan: ampplan.Plan) -> list[dict[str, object]]:
+    """The largest casts AMP would add, per module and direction (us per step)."""
+    c = plan.casts
+    if c.empty:
+        return []
+    g = (
+        c.groupby(["module", "op", "direction", "backward"], sort=False)["ns"]
+        .agg(["size", "sum"])
+        .sort_values("sum", ascending=False)
+        .head(5)
+    )
+    return [
+        {
+            "module": m,
+            "op": op,
+            "direction": d,
+            "backward": bool(b),
+            "per_step": int(r["size"]) / plan.n_steps,
+            "us_per_step": us(r["sum"] / plan.n_steps),
+        }
+        for (m, op, d, b), r in g.iterrows()
+    ]
+
+
+def amp_overhead(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """Mixed precision in use whose casts and loss scaling cost more than the low-precision
+    work saves, or a GradScaler with bfloat16 (which needs none)."""
+    data = ctx.data
+    need_tasks(data)
+    need_spec(data)
+    need_host_ops(data)
+    u = ampplan.in_use(data)
+    if u is None:
+        return spec.ok(data.rank, {"amp_in_use": False})
+    host, device, _ = ampplan.busy_per_step(data)
+    n = data.n_steps
+    # turning AMP off: the casts and the scaler go, the low-precision work runs in float32
+    off_device = u["saved_ns"] - u["cast_ns"] - u["scaler_ns"]
+    off_host = -(u["cast_host_ns"] + u["scaler_host_ns"])
+    off_gain = -ampplan.step_change(host, device, off_host, off_device)
+    # dropping the GradScaler alone (bfloat16 has float32's range: no loss scaling needed)
+    drop = u["scaler_found"] and u["dtype"] == "bfloat16"
+    drop_gain = (
+        -ampplan.step_change(host, device, -u["scaler_host_ns"], -u["scaler_ns"]) if drop else 0.0
+    )
+    cost = u["cast_ns"] + u["scaler_ns"]
+    share = data.share(cost * n)
+    evidence = {
+        "amp_in_use": True,
+        "dtype": u["dtype"],
+        "amp_off_gain_us": us(off_gain),
+        "drop_grad_scaler_gain_us": us(drop_gain),
+        "scaler_us_per_step": us(u["scaler_ns"]),
+        "scaler_host_us_per_step": us(u["scaler_host_ns"]),
+        "cast_host_us_per_step": us(u["cast_host_ns"]),
+        "cube_saved_us_per_step": us(u["cube_saved_ns"]),
+    }
+    if share < spec.thresholds["min_share"] or max(off_gain, drop_gain) <= 0:
+        return spec.ok(data.rank, evidence)
+    casts = u["casts"]
+    top_cast = "none"
+    if len(casts):
+        ops = data.host_ops.set_index("event_id")
+        mods = casts["host_op_id"].map(ops["module"]).astype(object).fillna("")
+        g = casts.assign(module=mods).groupby("module", sort=False)["duration_ns"]
+        g = g.agg(["size", "sum"]).sort_values("sum", ascending=False)
+        where = f"in {g.index[0]}" if g.index[0] else "outside modules (backward, loss)"
+        top_cast = f"{g['size'].iloc[0] / n:.0f} {where}, {us(g['sum'].iloc[0] / n):.1f} us"
+    scaler_text = (
+        f", and the GradScaler's {u['scaler_kernels']:.0f} kernels and {u['scaler_reads']:.0f}"
+        f" value reads {us(u['scaler_ns']):.1f} us of device and"
+        f" {us(u['scaler_host_ns']):.1f} us of host time"
+        if u["scaler_found"]
+        else ""
+    )
+    if drop and drop_gain >= off_gain * 0.5:
+        what = "A GradScaler runs with bfloat16, which needs no loss scaling;"
+        fix = (
+            "Drop the GradScaler (bfloat16 has float32's exponent range: call loss.backward() "
+            "and optimizer.step() directly, or GradScaler(enabled=False))."
+        )
+        if off_gain > drop_gain:
+            fix += (
+                " Even without it, float32 would be about "
+                f"{us(off_gain - drop_gain):.0f} us per step faster: the matmuls are too "
+                "small to pay for the casts."
+            )
+        gain, recipe = drop_gain, {"grad_scaler": False}
+    else:
+        what = f"Mixed precision makes the step about {us(off_gain):.1f} us slower than float32:"
+        fix = (
+            "Train in float32 here, or cut the casts: keep float32-policy ops (LayerNorm, "
+            "losses) from splitting low-precision chains, and make the matmuls larger (batch) "
+            "so that they pay for their casts."
+        )
+        gain, recipe = off_gain, {"autocast": None}
+    values = {
+        "what": what,
+        "cast_per_step": len(casts) / n,
+        "dtype": u["dtype"],
+        "cast_us": us(u["cast_ns"]),
+        "cast_share": data.share(u["cast_ns"] * n),
+        "top_cast": top_cast,
+        "scaler_text": scaler_text,
+        "saved_us": us(u["saved_ns"]),
+        "fix": fix,
+    }
+    return spec.fire(values, share, us(gain), data.rank, {**evidence, "apply": recipe})
 
 
 def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
@@ -265,7 +428,8 @@ def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """Ops on the AI CPU, with the dtype or op to change."""
+    """Ops on the AI CPU, with the dtype or op to change where the user's code made them and
+    the source's own advice where a framework internal did (no gain counted for those)."""
     data = ctx.data
     need_tasks(data)
     t = aicpu.tasks(data)
@@ -275,30 +439,48 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {"aicpu_tasks": len(t)})
     need_spec(data)
     n = data.n_steps
-    by_dtype = t["to_dtype"] != ""
+    user = (t["source"] == "user").to_numpy()
+    by_dtype = (t["to_dtype"] != "").to_numpy()
     vector = recost.aicpu_as_vector_ns(data, t, t["to_dtype"].where(by_dtype, "float32"))
-    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype.to_numpy()].sum())
+    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype & user].sum())
     sched = data.spec.aicpu.launch_overhead_ns
-    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype.to_numpy()].sum())
+    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype & user].sum())
     table = aicpu.table(data)
     table = table[table["op_type"].isin(t["op_type"])]
-    top = table.iloc[0]
+    users = table[table["source"] == "user"]
+    top = (users if len(users) else table).iloc[0]
+    framework = table[table["source"] != "user"]
+    fw_text = ""
+    if len(framework):
+        fw_ns = float(t.loc[~user, "duration_ns"].sum())
+        names = ", ".join(dict.fromkeys(framework["source"].astype(str)))
+        fw_text = (
+            f" {us(fw_ns / n):.1f} us per step come from framework internals ({names}), not "
+            "from the script: no dtype change applies to them."
+        )
+    change = (
+        f"Change: {top['change']} - {top['suggestion']}."
+        if top["source"] == "user"
+        else f"Source: {top['source']} - {top['suggestion']}."
+    )
     values = {
         "count_per_step": len(t) / n,
         "time_us": us(t["duration_ns"].sum() / n),
         "share": share,
         "top": f"{top['name']} ({top['op_type']}, {top['input_dtypes'] or 'no tensors'}, "
         f"{us(top['total_ns'] / n):.1f} us per step)",
-        "change": f"Change: {top['change']} - {top['suggestion']}.",
+        "change": change + fw_text,
     }
     evidence = {
         "modelled_gain_us_per_step": us(modelled / n),
         "heuristic_gain_us_per_step": us(heuristic / n),
+        "framework_us_per_step": us(float(t.loc[~user, "duration_ns"].sum()) / n),
         "ops": [
             {
                 "name": r.name,
                 "op_type": r.op_type,
                 "dtypes": r.input_dtypes,
+                "source": r.source,
                 "per_step": r.count / n,
                 "us_per_step": us(r.total_ns / n),
                 "share": r.share_of_step,
@@ -311,4 +493,9 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     finding = spec.fire(values, share, us((modelled + heuristic) / n), data.rank, evidence)
     if heuristic > modelled:
         finding.gain_model = "heuristic"
+    if not user.any():
+        finding.advice = (
+            "Nothing to change in the script: these AI CPU tasks are framework internals "
+            "(see each op's source)."
+        )
     return finding

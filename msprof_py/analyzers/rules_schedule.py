@@ -6,13 +6,22 @@ it raises :class:`Skip` naming the data it lacks.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pandas as pd
 
 from msprof_py.analyzers import compute, copies, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
-from msprof_py.analyzers.rules_compute import RuleContext, need_spec, need_tasks, us
+from msprof_py.analyzers.rules_compute import (
+    RuleContext,
+    compiled_note,
+    need_spec,
+    need_tasks,
+    us,
+)
 from msprof_py.device import costmodel
 from msprof_py.device.records import CopyKind
 
@@ -64,13 +73,70 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
                 "share": r.share_of_step,
             }
             for r in top.itertuples()
-        ]
+        ],
+        "compiled": bool(compiled_note(data)),
     }
-    return spec.fire(values, share, values["time_us"], data.rank, evidence)
+    finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
+    finding.advice += compiled_note(data)
+    return finding
+
+
+#: what to do about exposed copies of each kind (direction, pinned) - pinning only where the
+#: copy crosses the host link from pageable memory
+COPY_ADVICE = {
+    ("H2D", False): (
+        "load batches into pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) "
+        "and copy with non_blocking=True"
+    ),
+    ("H2D", True): (
+        "the source is already pinned: copy with non_blocking=True and prefetch the next batch "
+        "on a side stream (torch.npu.Stream + wait_stream) so the copy runs under the previous "
+        "step's compute"
+    ),
+    ("D2H", False): (
+        "read results back less often (log every N steps) and into pinned buffers with "
+        "non_blocking=True"
+    ),
+    ("D2H", True): "read results back less often (log every N steps), asynchronously",
+    ("D2D", False): (
+        "avoid device-to-device copies in the step: drop .clone()/.contiguous()/.to() of "
+        "device tensors that are used once, use views or in-place ops, or keep the tensor in "
+        "the layout its consumer needs"
+    ),
+}
+
+
+def _copy_advice(exposed: pd.DataFrame) -> tuple[list[str], list[dict[str, object]]]:
+    """Advice for the copy kinds that run exposed, largest first, and their figures."""
+    kinds = exposed.assign(pinned=exposed["pinned"].astype(bool))
+    kinds.loc[kinds["direction"] == "D2D", "pinned"] = False
+    g = (
+        kinds.groupby(["direction", "pinned"], sort=False)["exposed"]
+        .agg(["size", "sum"])
+        .sort_values("sum", ascending=False)
+    )
+    texts, rows = [], []
+    for (direction, pinned), r in g.iterrows():
+        if r["sum"] <= 0:
+            continue
+        text = COPY_ADVICE.get((direction, bool(pinned)))
+        if text and text not in texts:
+            texts.append(text)
+        rows.append(
+            {"direction": direction, "pinned": bool(pinned), "count": int(r["size"]),
+             "exposed_ns": float(r["sum"])}
+        )  # fmt: skip
+    return texts, rows
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper-cased and a full stop."""
+    return text[:1].upper() + text[1:] + "."
 
 
 def exposed_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """Copies running with no compute beside them (on the critical path)."""
+    """Copies running with no compute beside them (on the critical path); the advice follows
+    each copy's kind: pin pageable host copies, prefetch pinned ones, avoid device copies."""
     data = ctx.data
     need_tasks(data)
     s = copies.summary(data, value_reads=False)  # .item() read-backs: the sync rule's
@@ -89,19 +155,33 @@ def exposed_copies(ctx: RuleContext, spec: RuleSpec) -> Finding:
     )
     t = top.iloc[0]
     n = data.n_steps
+    host_link = t["direction"] in ("H2D", "D2H")
+    memory = (" (pinned)" if t["pinned"] else " (pageable)") if host_link else ""
+    texts, kinds = _copy_advice(top)
+    pageable = s["pageable_count"] / n
     values = {
         "time_us": us(s["exposed_per_step_ns"]),
         "share": share,
         "copy_ratio": s["copy_ratio"],
-        "pageable_per_step": s["pageable_count"] / n,
-        "pageable_us": us(s["pageable_ns"] / n),
-        "top": (
-            f"{t['direction']} {t['bytes'] / MIB:.2f} MiB "
-            f"({'pinned' if t['pinned'] else 'pageable'}) {us(t['duration_ns']):.1f} us"
+        "pageable_text": (
+            f", {pageable:.0f} of them from pageable memory ({us(s['pageable_ns'] / n):.1f} us)"
+            if pageable > 0
+            else ""
         ),
+        "top": f"{t['direction']} {t['bytes'] / MIB:.2f} MiB{memory} {us(t['duration_ns']):.1f} us",
+        "fix": _sentence("; ".join(texts)) if texts else "Overlap copies with compute.",
     }
     evidence = {
+        "pageable_per_step": pageable,
+        "pageable_us": us(s["pageable_ns"] / n),
         "host_blocked_us_per_step": us(s["host_blocked_ns"] / n),
+        "by_kind": [
+            {
+                **{c: v for c, v in k.items() if c != "exposed_ns"},
+                "exposed_us_per_step": us(k["exposed_ns"] / n),
+            }
+            for k in kinds
+        ],
         "by_direction": copies.by_direction(data).drop(columns="rank").to_dict("records"),
     }
     return spec.fire(values, share, us(gain / n), data.rank, evidence)
@@ -171,7 +251,9 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
-    """The device is idle most of the step: a larger batch would use it better."""
+    """The device is idle most of the step and memory allows a larger batch: the largest batch
+    that keeps peak memory within ``memory_limit`` of the device (capped at ``max_batch``),
+    with the throughput it models."""
     data = ctx.data
     need_tasks(data)
     util = compute.utilisation(data)
@@ -182,40 +264,46 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {"utilisation": u})
     if busy <= 0:
         raise Skip("no kernel or collective ran in the analysed steps")
-    mem = memory.summary(data, ctx.batch_size)
-    scale = mem.get("max_batch_scale")
-    batch_text = ""
-    gain = None
-    if scale is not None:
-        if mem.get("max_batch_size"):
-            batch_text = f" (batch {mem['batch_size']} -> {mem['max_batch_size']})"
-        k = max(1.0, min(scale, 1 / u if u > 0 else scale))
-        per_step = step / data.n_steps
-        busy_step = busy / data.n_steps
-        gain = per_step - max(per_step, k * busy_step) / k
-    else:
-        batch_text = " (memory use was not recorded: scale unknown)"
-    headroom = (
-        f"Memory allows a batch {scale:.1f}x larger{batch_text} (activation memory "
-        "extrapolated linearly to 80% of device memory)"
-        if scale is not None
-        else f"The batch that fits is unknown{batch_text}"
-    )
-    values = {
-        "utilisation": u,
-        "fill": 1 / u,
-        "scale": scale,
-        "batch_text": batch_text,
-        "headroom": headroom,
-    }
+    limit = float(spec.thresholds.get("memory_limit", memory.LIMIT))
+    cap = int(spec.thresholds.get("max_batch", 256))
+    mem = memory.summary(data, ctx.batch_size, limit)
+    batch, scale = mem.get("batch_size"), mem.get("max_batch_scale")
+    if scale is None:
+        raise Skip("device memory was not recorded (the batch that fits is unknown)")
+    if not batch:
+        raise Skip("the batch size is unknown (no host-to-device input copy; pass --batch-size)")
+    fits = math.floor(batch * scale)
+    best = min(cap, fits)
     evidence = {
-        "batch_size": mem.get("batch_size"),
+        "utilisation": u,
+        "batch_size": batch,
         "batch_size_source": mem.get("batch_size_source"),
-        "max_batch_size": mem.get("max_batch_size"),
+        "largest_batch_in_memory": fits,
+        "max_batch": cap,
+        "memory_limit": limit,
         "cube_utilisation": float(util["cube_busy_ns"].sum() / step) if step else 0.0,
         "vector_utilisation": float(util["vector_busy_ns"].sum() / step) if step else 0.0,
     }
-    return spec.fire(values, 1.0 - u, None if gain is None else us(gain), data.rank, evidence)
+    if best <= batch:
+        why = "at the cap" if batch >= cap else "no larger batch fits in memory"
+        return spec.ok(data.rank, {**evidence, "why": why})
+    k = best / batch
+    per_step, busy_step = step / data.n_steps, busy / data.n_steps
+    new_step = max(per_step, k * busy_step)  # device work grows with the batch, host stays
+    now, then = batch / per_step * 1e9, best / new_step * 1e9
+    values = {
+        "utilisation": u,
+        "batch": batch,
+        "best": best,
+        "limit": limit,
+        "capped": f" (capped at {cap})" if fits > cap else "",
+        "step_us": us(new_step),
+        "throughput": then,
+        "throughput_now": now,
+        "speedup": then / now,
+    }
+    gain = per_step - new_step / k  # step time per current batch of samples
+    return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
 
 
 def memory_near_capacity(ctx: RuleContext, spec: RuleSpec) -> Finding:

@@ -352,6 +352,7 @@ class Session:
             nn_module.register_module_forward_hook(leave_module),
         ]
         _patch_record_function()
+        _patch_grad_scaler()
 
     def _remove_hooks(self) -> None:
         for handle in self._hooks:
@@ -448,4 +449,32 @@ def _patch_record_function() -> None:
 
     cls.__enter__ = patched_enter
     cls.__exit__ = patched_exit
+    cls._msprof_patched = True
+
+
+#: GradScaler methods recorded as ``GradScaler.<name>`` annotations (the analysis tells the
+#: scaler's own ops - its float64 inverse scale, unscale and inf check - from the user's)
+GRAD_SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")
+
+
+def _patch_grad_scaler() -> None:
+    """Each call of a :data:`GRAD_SCALER_METHODS` method runs in a ``record_function`` range
+    (one range per call: nothing is added to the per-op path)."""
+    from torch.amp import grad_scaler
+    from torch.autograd import profiler as autograd_profiler
+
+    cls = grad_scaler.GradScaler
+    if getattr(cls, "_msprof_patched", False):
+        return
+    for name in GRAD_SCALER_METHODS:
+        method = getattr(cls, name)
+
+        def wrapped(self: Any, *args: Any, _method: Any = method, _label: str = name, **kw: Any):
+            if not getattr(self, "_enabled", True):
+                return _method(self, *args, **kw)
+            with autograd_profiler.record_function(f"GradScaler.{_label}"):
+                return _method(self, *args, **kw)
+
+        wrapped.__name__, wrapped.__doc__ = method.__name__, method.__doc__
+        setattr(cls, name, wrapped)
     cls._msprof_patched = True

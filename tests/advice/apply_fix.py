@@ -8,7 +8,12 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   those keyword arguments (a script passing ``foreach`` keeps it only without ``fused``,
   which torch refuses together);
 * ``{"attention": "npu_fusion_attention"}``: the script's own ``--attention fused`` option
-  (a script without one cannot take this recipe).
+  (a script without one cannot take this recipe);
+* ``{"autocast": DTYPE}``: the forward pass runs under ``torch.autocast("npu", DTYPE)``: every
+  npu autocast region the script opens is enabled in DTYPE, and the outermost module call runs
+  in one when the script opens none (no GradScaler is added: bf16 does not need one);
+  ``{"autocast": null}``: every npu autocast region is disabled (float32 training);
+* ``{"grad_scaler": false}``: every GradScaler is built disabled (its methods pass through).
 """
 
 from __future__ import annotations
@@ -43,6 +48,44 @@ def attention_args(script: str, api: str) -> list[str]:
     return ["--attention", "fused"]
 
 
+def apply_autocast(dtype_name: str | None) -> None:
+    """Run every npu autocast region (and the outermost module call) in ``dtype_name``; with
+    None, disable every npu autocast region."""
+    dtype = getattr(torch, dtype_name) if dtype_name else None
+    init = torch.amp.autocast.__init__
+
+    def patched_init(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        if device_type == "npu":
+            kwargs = {"enabled": False} if dtype is None else {"enabled": True, "dtype": dtype}
+            args = ()
+        init(self, device_type, *args, **kwargs)
+
+    torch.amp.autocast.__init__ = patched_init
+    if dtype is None:
+        return
+    call = torch.nn.Module.__call__
+
+    def patched_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.is_autocast_enabled("npu"):
+            return call(self, *args, **kwargs)
+        with torch.autocast("npu", dtype=dtype):
+            return call(self, *args, **kwargs)
+
+    torch.nn.Module.__call__ = patched_call
+
+
+def disable_grad_scaler() -> None:
+    """Build every ``torch.amp.GradScaler`` disabled."""
+    cls = torch.amp.GradScaler
+    init = cls.__init__
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._enabled = False
+
+    cls.__init__ = patched
+
+
 def main() -> None:
     recipe = json.loads(sys.argv[1])
     script = sys.argv[2]
@@ -51,6 +94,10 @@ def main() -> None:
         apply_optimizer_kwargs(recipe["optimizer"], recipe["kwargs"])
     elif "attention" in recipe:
         args = [*args, *attention_args(script, recipe["attention"])]
+    elif "autocast" in recipe:
+        apply_autocast(recipe["autocast"])
+    elif recipe.get("grad_scaler") is False:
+        disable_grad_scaler()
     else:
         raise SystemExit(f"unknown recipe {recipe!r}")
     sys.argv = [script, *args]

@@ -27,12 +27,16 @@ TOLERANCE = 0.25
 SAMPLE_ARGV = {
     "resnet": ["train_resnet.py", "--steps", "4"],
     "transformer": ["train_transformer.py", "--steps", "4"],
+    "amp-fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
+    "amp-bf16": ["train_amp.py", "--steps", "3"],
 }
 #: (sample, rule) pairs whose advice is applied and measured
 CHECKED = [
     ("resnet", "fused_optimizer"),
     ("transformer", "fused_optimizer"),
     ("transformer", "fusion_attention"),
+    ("amp-fp32", "amp_fp32_cube"),  # autocast bf16 on the fp32 MLP
+    ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
 ]
 
 

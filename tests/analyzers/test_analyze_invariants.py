@@ -259,7 +259,17 @@ def test_combined_gain_is_bounded_not_summed() -> None:
             0,
         ),
         specs["low_utilisation"].fire(
-            {"utilisation": 0.4, "fill": 2.5, "scale": 2.0, "batch_text": "", "headroom": "x"},
+            {
+                "utilisation": 0.4,
+                "batch": 32,
+                "best": 64,
+                "limit": 0.8,
+                "capped": "",
+                "step_us": 1000.0,
+                "throughput": 64e3,
+                "throughput_now": 32e3,
+                "speedup": 2.0,
+            },
             0.6,
             700.0,
             0,

@@ -192,7 +192,54 @@ def fp32_matmul(dtype: str = "float32", device: str = "ascend910b") -> Profile:
                 bytes=3 * 4096 * 4096 * 4,
             )
         ],
+        input_shapes="4096,4096;4096,4096",
+        input_dtypes=f"{dtype};{dtype}",
     )
+    b.event("sync", "aclrtSynchronizeDevice", 1000, 925_000)  # the host waits for the device
+    return b.build()
+
+
+def amp_in_use(costly: bool = True) -> Profile:
+    """A bf16 matmul step whose casts (and a GradScaler's unscale) cost more than the matmul
+    saves against fp32 (``costly``), or one big bf16 matmul and one small cast."""
+    b = Builder().step(0, 0, 1_000_000)
+    n = 1024 if costly else 4096
+    cast_end = 31_000 if costly else 2_000
+    b.op(
+        "aten::copy_",
+        0,
+        1000,
+        [dict(start=1000, end=cast_end, op_type="Cast", input_shapes="", input_dtypes="")],
+        input_shapes="1024,1024;1024,1024",
+        input_dtypes="float32;bfloat16",
+    )
+    shape = f"{n},{n};{n},{n}"
+    b.op(
+        "aten::mm",
+        1000,
+        2000,
+        [
+            dict(
+                start=cast_end,
+                end=cast_end + (5_000 if costly else 460_000),
+                op_type="MatMul",
+                task_type="AI_CORE",
+                input_shapes=shape,
+                input_dtypes="bfloat16;bfloat16",
+                flops=2 * n**3,
+            )
+        ],
+        input_shapes=shape,
+        input_dtypes="bfloat16;bfloat16",
+    )
+    if costly:
+        b.op(
+            "aten::_amp_foreach_non_finite_check_and_unscale_",
+            2000,
+            3000,
+            [dict(start=40_000, end=50_000, input_dtypes="float32;float32")],
+            input_dtypes="float32;float32",
+        )
     return b.build()
 
 
@@ -424,6 +471,7 @@ CASES: dict[
         lambda: fp32_matmul(device="no-such-npu"),
         "no-such-npu",
     ),
+    "amp_overhead": (amp_in_use, lambda: amp_in_use(False), tasks_only, "no host ops"),
     "transdata_heavy": (transdata, lambda: transdata(False), no_tasks, "no device tasks"),
     "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
     "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),

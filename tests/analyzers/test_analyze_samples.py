@@ -80,8 +80,9 @@ def test_cnn_shows_conv_bn_relu_fusion_and_transdata(results: dict[str, Analysis
     td = a.finding("transdata_heavy")
     assert td.evidence["causes"]  # the ops that cause the conversions
     assert "fusion_attention" not in fired(a) and "amp_fp32_cube" not in fired(a)
-    # the int64 BatchNorm counter runs on the AI CPU: change its dtype
-    assert "int32" in a.finding("aicpu_fallback").message
+    # the int64 BatchNorm counter runs on the AI CPU: a framework internal, not user code
+    aicpu = a.finding("aicpu_fallback")
+    assert "BatchNorm2d" in aicpu.message and aicpu.evidence["framework_us_per_step"] > 0
 
 
 def test_fp32_transformer_shows_amp_and_attention_fusion(results: dict[str, Analysis]) -> None:
@@ -122,8 +123,6 @@ def test_modelled_gains_agree_with_the_simulator(tmp_path: Path) -> None:
         {
             "np": ["train_dataloader.py", "--steps", "3", "--no-prefetch"],
             "prefetch": ["train_dataloader.py", "--steps", "3"],
-            "fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
-            "amp": ["train_amp.py", "--steps", "3"],
         },
         tmp_path,
     )
@@ -135,13 +134,7 @@ def test_modelled_gains_agree_with_the_simulator(tmp_path: Path) -> None:
     gain = a["np"].finding("exposed_copies").estimated_gain_us
     real = last_step(a["np"]) - last_step(a["prefetch"])
     assert real / 2 <= gain <= real * 2
-    gain = a["fp32"].finding("amp_fp32_cube").estimated_gain_us
-
-    def busy(x: Analysis) -> float:
-        return x.step_breakdown["steps"]["device_busy_ns"].mean() / 1e3
-
-    real = busy(a["fp32"]) - busy(a["amp"])
-    assert real / 2 <= gain <= real * 2
+    # AMP's estimate is checked by applying it: tests/advice/test_recommendation_check.py
 
 
 def test_recorded_figures_add_up(results: dict[str, Analysis]) -> None:
