@@ -13,8 +13,11 @@ import pandas as pd
 import pytest
 from report_helpers import synthetic_profile
 
-from msprof_py.report import build, write_report
-from msprof_py.report.build import _aggregate, _hover_points, _lane_traces, _step_groups, _steps
+from msprof_py.report import timeline as build
+from msprof_py.report import write_report
+from msprof_py.report.build import _step_groups, _steps
+from msprof_py.report.lanes import UNIT_COLORS
+from msprof_py.report.timeline import Lane, _aggregate, _hover_points, _lane_traces
 
 
 def _spans(rows: list[tuple[int, int, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,23 +154,54 @@ def test_hover_points_bounded() -> None:
     assert ((x >= s[idx]) & (x <= e[idx])).all()
 
 
+def _lane(start: np.ndarray, end: np.ndarray, units: list[str]) -> Lane:
+    spans = pd.DataFrame(
+        {
+            "start_ns": start,
+            "end_ns": end,
+            "name": "k",
+            "unit": units,
+            "id": np.arange(len(start)),
+            "op": -1,
+        }
+    )
+    source = pd.DataFrame({"name": "k", "op_type": "Add", "task_type": "AI_CORE", **spans})
+    for col in ("input_shapes", "input_dtypes", "input_formats"):
+        source[col] = ""
+        source[col.replace("input", "output")] = ""
+    source["flops"], source["bytes"] = 1.0, 2
+    lane = Lane("stream 3 · compute", 0, "stream", spans)
+    lane.extra["source"] = source
+    return lane
+
+
 def test_lane_traces_aggregate_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "MAX_SPANS_PER_LANE", 100)
     monkeypatch.setattr(build, "HOVER_POINTS_PER_LANE", 50)  # one point per 3 us: per bin
     start = np.arange(0, 150_000, 1_000, dtype=np.int64)  # 150 spans of 999 ns
     end = start + 999  # range 0..149,999: 50 bins of 3,000 ns
-    names = np.array(["k"] * len(start), dtype=object)
     notes: list[str] = []
-    lines, markers = _lane_traces("stream 3", start, end, None, names, 0, "#000", notes)
+    lines, markers = _lane_traces(_lane(start, end, ["cube"] * 150), 0, notes, set())
     assert len(notes) == 1
-    assert notes[0].startswith("stream 3: 150 spans aggregated into 50 time bins of 3.000 us")
+    assert notes[0].startswith(
+        "stream 3 · compute: 150 spans aggregated into 50 time bins (per unit) of up to 3.000 us"
+    )
     assert len(lines["x"]) == 3 * 50  # start, end, gap per bin
     assert len(markers["x"]) == 50 and all("3 spans aggregated" in t for t in markers["hovertext"])
-    # under the limit: one segment and one hover point per span, no note
-    lines, markers = _lane_traces(
-        "stream 3", start[:100], end[:100], ["h"] * 100, names, 0, "#000", notes
-    )
-    assert len(notes) == 1 and len(lines["x"]) == 300 and len(markers["x"]) == 100
+    assert "customdata" not in markers  # bins cannot be selected
+    # under the limit: one segment and one hover point per span, no note; per unit a colour,
+    # one legend entry per unit across lanes, each hover point carries its span's index
+    units = ["cube", "vector"] * 50
+    legend: set[str] = set()
+    traces = _lane_traces(_lane(start[:100], end[:100], units), 0, notes, legend)
+    assert len(notes) == 1 and len(traces) == 4
+    cube, cube_markers, vector, _ = traces
+    assert (cube["name"], vector["name"]) == ("cube", "vector") and legend == {"cube", "vector"}
+    assert cube["line"]["color"] == UNIT_COLORS["cube"] != vector["line"]["color"]
+    assert cube["showlegend"] and vector["showlegend"]
+    assert len(cube["x"]) == 150 and list(cube_markers["customdata"]) == list(range(0, 100, 2))
+    again = _lane_traces(_lane(start[:100], end[:100], units), 0, notes, legend)
+    assert not any(t["showlegend"] for t in again)
 
 
 def test_step_groups() -> None:
@@ -199,9 +233,10 @@ def test_large_report_says_what_was_aggregated(tmp_path: Path) -> None:
     out = write_report(profile, tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     notes = re.findall(r'<p class="note">Level of detail: (.*?)</p>', text)
-    assert any(n.startswith("host: 120,000 spans aggregated into ") for n in notes)
-    assert any(n.startswith("stream 0: 96,000 spans aggregated into ") for n in notes)
-    assert any(n.startswith("stream 1: 24,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("main thread: 120,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("launches: 120,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 0 · compute: 96,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 1 · copy: 24,000 spans aggregated into ") for n in notes)
     assert "601 step boundaries: one in 2 drawn (301 lines)" in notes
     # step 0 is left out as warm-up
     assert "599 steps: each bar is the mean of 2 consecutive steps (300 bars)" in notes
