@@ -42,6 +42,9 @@ MAX_STEP_LINES = 500
 HOVER_POINTS_PER_LANE = 2_000
 #: spans per detail chunk of a binned lane (one chunk is loaded per part of the view)
 DETAIL_CHUNK = 20_000
+#: time bins of all binned lanes together (each lane at most MAX_SPANS_PER_LANE // 2): the
+#: report of a profile with many binned lanes stays as large as one with three
+TOTAL_BINS = 30_000
 #: the bar thickness of a lane (px)
 BAR_PX = 14
 
@@ -381,7 +384,8 @@ def _lane_traces(
         show = unit not in legend
         legend.add(unit)
         if lane.binned:
-            bins = max(50, round(MAX_SPANS_PER_LANE // 2 * mine.sum() / n))
+            budget = lane.extra.get("bins", MAX_SPANS_PER_LANE // 2)
+            bins = max(50, round(budget * mine.sum() / n))
             agg = _aggregate(start, end, sp["name"].to_numpy()[mine], bins, origin)
             bins_total += len(agg)
             width = max(width, agg.attrs["width_ns"])
@@ -505,6 +509,9 @@ def timeline(
         if len(lane.spans) <= MAX_SPANS_PER_LANE:
             lane.offset = offset
             offset += len(lane.spans)
+    binned = [ln for ln in lanes if len(ln.spans) > MAX_SPANS_PER_LANE]
+    for lane in binned:
+        lane.extra["bins"] = min(MAX_SPANS_PER_LANE // 2, TOTAL_BINS // len(binned))
     traces: list[dict[str, Any]] = []
     legend: set[str] = set()
     for lane in lanes:

@@ -204,7 +204,7 @@
       return Plotly.relayout(gd, {"xaxis.range": [s - d, e + d], "xaxis2.range": [s - d, e + d]})
         .then(function () { busy = false; redraw(); });
     }
-    redraw();
+    setTimeout(redraw, 0);  // labels after the first draw, which they never delay
     return {select: select, highlight: highlight, redraw: redraw};
   }
 

@@ -33,9 +33,14 @@ def test_million_task_report_opens(tmp_path: Path) -> None:
     assert size_mb < SIZE_MB
     assert seen["errors"] == []
     assert seen["load_ms"] < OPEN_MS
-    assert seen["page"]["lanes"] == ["stream 1", "stream 0", "host"]
+    lanes = ["stream 1 · copy", "stream 0 · compute", "launches", "main thread"]
+    assert seen["page"]["lanes"] == lanes
     assert seen["page"]["gl"] > 0  # WebGL
     notes = " | ".join(seen["notes"])
-    for lane, n in (("host", "1,000,000"), ("stream 0", "800,000"), ("stream 1", "200,000")):
+    for lane, n in (
+        ("main thread", "1,000,000"),
+        ("stream 0 · compute", "800,000"),
+        ("stream 1 · copy", "200,000"),
+    ):
         assert f"Level of detail: {lane}: {n} spans aggregated into " in notes
     assert seen["hover"] and "spans aggregated" in seen["hover"]
