@@ -414,6 +414,7 @@ def _op_spans(
     event; as (start, end) in us on the timeline's axis and the lane it is drawn on."""
     origin = time_origin(profile)
     spans: dict[str, tuple[float, float, str]] = {}
+    lanes: dict[tuple[Any, ...], Any] = {}
     prefix = _rank_prefix(profile, rank, slow)
     tables_ = [(profile.tasks, ("name", "op_type")), (profile.host_events, ("name",))]
     for df, columns in tables_:
@@ -430,26 +431,35 @@ def _op_spans(
                 spans[str(name)] = (
                     round((start - origin) / 1e3, 3),
                     round((end - origin) / 1e3, 3),
-                    _lane_of(profile, df.loc[row], prefix),
+                    _lane_of(profile, df.loc[row], prefix, lanes),
                 )
     return spans
 
 
-def _lane_of(profile: Profile, row: pd.Series, prefix: str) -> str:
-    """The name of the lane a task or host event is drawn on (without a slow-rank mark)."""
+def _lane_of(
+    profile: Profile, row: pd.Series, prefix: str, cache: dict[tuple[Any, ...], Any]
+) -> str:
+    """The name of the lane a task or host event is drawn on (without a slow-rank mark);
+    ``cache``: lane names already found (a stream's role reads all of its tasks)."""
     from msprof_py.report.lanes import stream_role, task_queue_on, thread_roles
 
     rank = int(row["rank"])
     if "task_id" in row and "stream_id" in row and "event_id" not in row:
-        t = profile.tasks
         sid = row["stream_id"]
-        role = stream_role(t[(t["rank"] == rank) & (t["stream_id"] == sid)])
-        return f"{prefix}stream {sid} · {role}"
+        key: tuple[Any, ...] = ("stream", rank, sid)
+        if key not in cache:
+            t = profile.tasks
+            role = stream_role(t[(t["rank"] == rank) & (t["stream_id"] == sid)])
+            cache[key] = f"{prefix}stream {sid} · {role}"
+        return str(cache[key])
     if str(row["kind"]) == "launch":
         queue = task_queue_on(profile.meta.get(rank, {}))
         return prefix + ("task-queue stage 2" if queue else "launches")
-    h = profile.host_events
-    roles = thread_roles(h[h["rank"] == rank])
+    key = ("threads", rank)
+    if key not in cache:
+        h = profile.host_events
+        cache[key] = thread_roles(h[h["rank"] == rank])
+    roles: dict[int, str] = cache[key]
     return prefix + roles.get(int(row["thread"]), "")
 
 
@@ -569,7 +579,6 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
     a = analysis if analysis is not None else analyze(profile)
     rank = a.profile.get("focus_rank", profile.ranks[0])
     tl, lanes, notes, store = timeline(profile, a)
-    detail = store.pop("lanes_obj")
     roof, roof_note = _roofline(a, profile.meta.get(rank, {}))
     mem = _memory(profile, a)
     steps, steps_note = _steps(a)
@@ -604,7 +613,6 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
         "findings": _findings(a, profile),
         "ranks": _ranks(profile, a),
     }
-    del detail
     return _environment().get_template("report.html.j2").render(**context)
 
 

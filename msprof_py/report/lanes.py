@@ -50,31 +50,40 @@ _COPY_UNITS = {
 }
 
 
+def _per_value(column: pd.Series, fn: Any) -> np.ndarray:
+    """``fn`` of each value of ``column`` as a string (missing: ``""``), computed once per
+    distinct value: fast on categoricals and Arrow strings of millions of rows."""
+    codes, uniques = pd.factorize(column)
+    values = [fn(str(u)) for u in uniques] + [fn("")]
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out[codes]  # code -1 (missing) takes the last
+
+
 def task_units(t: pd.DataFrame) -> np.ndarray:
     """The unit of each device task: cube, vector, MIX, AI CPU, DMA H2D/D2H/D2D, HCCL,
     TransData (a format conversion, whatever core ran it), memset, event or other."""
-    task_type = t["task_type"].astype(str).to_numpy()
-    unit = pd.Series(task_type).map(_TASK_UNITS).fillna("other").to_numpy(dtype=object)
-    copy_kind = t["copy_kind"].astype(str).map(_COPY_UNITS) if "copy_kind" in t else None
-    if copy_kind is not None:
-        dma = (task_type == "DMA") | (t["kind"].astype(str).to_numpy() == "memcpy")
-        found = copy_kind.notna().to_numpy()
-        unit[dma & found] = copy_kind.to_numpy()[dma & found]
+    task_type = _per_value(t["task_type"], str)
+    unit = _per_value(t["task_type"], lambda v: _TASK_UNITS.get(v, "other"))
+    kind = _per_value(t["kind"], str)
+    if "copy_kind" in t:
+        copy_kind = _per_value(t["copy_kind"], lambda v: _COPY_UNITS.get(v, ""))
+        dma = (task_type == "DMA") | (kind == "memcpy")
+        found = copy_kind != ""
+        unit[dma & found] = copy_kind[dma & found]
         unit[dma & ~found] = "DMA D2D"
-    kind = t["kind"].astype(str).to_numpy()
     unit[kind == "memset"] = "memset"
     unit[kind == "collective"] = "HCCL"
-    trans = (t["op_type"].astype(str).to_numpy() == "TransData") | (
-        t["name"].astype(str).str.contains("TransData", regex=False).to_numpy()
-    )
+    trans = _per_value(t["op_type"], lambda v: v == "TransData").astype(bool) | _per_value(
+        t["name"], lambda v: "TransData" in v
+    ).astype(bool)
     unit[trans] = "TransData"
     return unit
 
 
 def host_units(h: pd.DataFrame) -> np.ndarray:
     """The colour class of each host span: host op, sync, annotation, python or launch."""
-    kind = h["kind"].astype(str)
-    return kind.map(lambda k: "host op" if k == "op" else k).to_numpy(dtype=object)
+    return _per_value(h["kind"], lambda k: "host op" if k == "op" else k)
 
 
 def stream_role(t: pd.DataFrame) -> str:

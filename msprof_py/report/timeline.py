@@ -4,15 +4,23 @@ boundaries and device memory below. Built as plain plotly dicts (plotly's per-el
 validation of large arrays is the slow part of building a figure) plus a compact span table
 the page's script uses for labels, selection and launch-to-kernel links.
 
+Compact: lanes are numbered on a linear y axis (``tickvals`` and ``ticktext`` name them), every
+numeric array goes in as a base64 typed array (plotly.js reads ``{"dtype", "bdata"}``).
+
 Level of detail: a lane with more than :data:`MAX_SPANS_PER_LANE` spans is drawn as time bins
-(per unit); its spans go to the page's detail store in chunks (:func:`detail_chunks`), which
-the page loads when the view is zoomed in far enough to draw them one by one.
+(per unit) that the page's script draws from the bins' columns (:func:`_bin_lane`: start, end,
+spans, busy and span time, the name with most time) and gives hover text. Its spans go into the
+page too, zlib-compressed in chunks of :data:`DETAIL_CHUNK` spans in time order
+(:func:`_detail_chunks`, :data:`DETAIL_BYTES` in all), which the page inflates once the view
+holds at most :data:`MAX_SPANS_PER_LANE` of them and draws one by one, labels included.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +48,11 @@ MAX_MEMORY_POINTS = 20_000
 MAX_STEP_LINES = 500
 #: extra hover points along a lane's long spans (besides one per span, at its middle)
 HOVER_POINTS_PER_LANE = 2_000
-#: spans per detail chunk of a binned lane (one chunk is loaded per part of the view)
+#: spans per detail chunk of a binned lane (the page inflates the chunks the view overlaps)
 DETAIL_CHUNK = 20_000
+#: the compressed detail of all binned lanes together (base64 characters); chunks are taken in
+#: time order until it is spent, so a profile too large for it has detail from its start on
+DETAIL_BYTES = 3 * 2**20
 #: time bins of all binned lanes together (each lane at most MAX_SPANS_PER_LANE // 2): the
 #: report of a profile with many binned lanes stays as large as one with three
 TOTAL_BINS = 30_000
@@ -105,9 +116,7 @@ def _host_hover(h: pd.DataFrame) -> pd.Series:
     )
 
 
-def _aggregate(
-    start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int, origin: int = 0
-) -> pd.DataFrame:
+def _aggregate(start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int) -> pd.DataFrame:
     """Level of detail for one lane: its spans merged into at most ``bins`` time bins.
 
     The lane's time range ``[min start, max end]`` is cut into ``bins`` bins of equal width and
@@ -119,8 +128,7 @@ def _aggregate(
     - ``span_ns``: the sum of their durations (adds up to the lane's total span time);
     - ``busy_ns``: the length of the union of the bin's spans, at most ``end - start``; equal
       to ``span_ns`` where spans do not overlap (a stream), less where they nest (the host);
-    - ``top``: the name with the most span time in the bin (ties: the one first in the lane);
-    - ``hover``: the hover text (names escaped; times in us from ``origin``).
+    - ``top``: the name with the most span time in the bin (ties: the one first in the lane).
 
     ``attrs["width_ns"]``: the bins' width.
 
@@ -133,7 +141,9 @@ def _aggregate(
     b = (start - lo) // width
     order = np.lexsort((start, b))
     b, s, e = b[order], start[order], end[order]
-    codes, uniques = pd.factorize(pd.Series(np.asarray(names, dtype=object)[order]).fillna(""))
+    codes, uniques = pd.factorize(pd.Series(names).reset_index(drop=True))
+    uniques = np.append(np.asarray(uniques, dtype=object), "")  # code -1 (missing): ""
+    codes = codes[order]
     d = e - s
     # union of each bin's spans: a new run starts where a span begins after every earlier
     # span of its bin (sorted by start) has ended
@@ -149,24 +159,7 @@ def _aggregate(
     by_name = pd.DataFrame({"b": b, "c": codes, "d": d}).groupby(["b", "c"], sort=True)["d"].sum()
     by_name = by_name.reset_index().sort_values(["b", "d"], ascending=[True, False], kind="stable")
     top = by_name.drop_duplicates("b").set_index("b")["c"]
-    agg["top"] = uniques.to_numpy()[top.reindex(agg.index).to_numpy()]
-    extent = (agg["end"] - agg["start"]).to_numpy()
-    share = np.divide(agg["busy_ns"].to_numpy(), extent, out=np.ones(len(agg)), where=extent > 0)
-    agg["hover"] = [
-        f"<b>{c:,} spans aggregated</b><br>{x / 1e3:,.1f} us to {y / 1e3:,.1f} us"
-        f"<br>busy: {u / 1e3:,.1f} us ({p * 100:.0f}% of the bin)"
-        f"<br>span time: {t / 1e3:,.1f} us<br>most time: {html.escape(str(n))}"
-        for x, y, c, t, u, p, n in zip(
-            agg["start"] - origin,
-            agg["end"] - origin,
-            agg["spans"],
-            agg["span_ns"],
-            agg["busy_ns"],
-            share,
-            agg["top"],
-            strict=True,
-        )
-    ]
+    agg["top"] = uniques[top.reindex(agg.index).to_numpy()]
     out = agg.reset_index(drop=True)
     out.attrs["width_ns"] = width
     return out
@@ -239,6 +232,11 @@ def time_origin(profile: Profile) -> int:
     return int(min(starts)) if starts else 0
 
 
+def _col(df: pd.DataFrame, column: str) -> pd.Series:
+    """A string column as it is (categorical or Arrow strings: no Python object per row)."""
+    return df[column].reset_index(drop=True)
+
+
 def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
     """The lanes of one rank, top to bottom: its host threads (main first), its launches, its
     device streams."""
@@ -253,10 +251,10 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
             {
                 "start_ns": mine["start_ns"].to_numpy(),
                 "end_ns": mine["end_ns"].to_numpy(),
-                "name": mine["name"].to_numpy(),
+                "name": _col(mine, "name"),
                 "unit": host_units(mine),
                 "id": mine["event_id"].to_numpy(),
-                "module": mine["module"].to_numpy() if "module" in mine else "",
+                "module": _col(mine, "module") if "module" in mine else "",
             }
         )
         lane = Lane(f"{prefix}{role}", rank, "thread", spans)
@@ -270,7 +268,7 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
             {
                 "start_ns": launches["start_ns"].to_numpy(),
                 "end_ns": launches["end_ns"].to_numpy(),
-                "name": launches["name"].to_numpy(),
+                "name": _col(launches, "name"),
                 "unit": "launch",
                 "id": launches["event_id"].to_numpy(),
                 "task": launches["task_id"].to_numpy(),
@@ -287,7 +285,7 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
             {
                 "start_ns": ts["start_ns"].to_numpy(),
                 "end_ns": ts["end_ns"].to_numpy(),
-                "name": ts["name"].to_numpy(),
+                "name": _col(ts, "name"),
                 "unit": task_units(ts),
                 "id": ts["task_id"].to_numpy(),
                 "op": ts["host_op_id"].to_numpy(),
@@ -303,47 +301,69 @@ def _color(unit: str) -> str:
     return UNIT_COLORS.get(unit) or HOST_COLORS.get(unit) or UNIT_COLORS["other"]
 
 
+def typed(values: Any, dtype: str | None = None, compress: bool = False) -> dict[str, Any]:
+    """``values`` as a base64 typed array, the form plotly.js reads for any data array:
+    ``{"dtype": "f8", "bdata": ...}``. ``dtype``: ``f8``, ``f4`` or ``i4``; by default
+    non-negative integers take the smallest of ``u1``, ``u2``, ``u4`` (``f8`` above), anything
+    else ``f8``. ``compress``: the bytes zlib-compressed first (``"z": 1``; the page inflates
+    them, plotly cannot)."""
+    a = np.asarray(values)
+    if dtype is None:
+        dtype = "f8"
+        if a.dtype.kind in "iub" and (len(a) == 0 or a.min() >= 0):
+            top = int(a.max()) if len(a) else 0
+            dtype = "u1" if top < 2**8 else "u2" if top < 2**16 else "u4" if top < 2**32 else "f8"
+    raw = np.ascontiguousarray(a, dtype="<" + dtype).tobytes()
+    out: dict[str, Any] = {"dtype": dtype}
+    if compress:
+        raw = zlib.compress(raw, 6)
+        out["z"] = 1
+    out["bdata"] = base64.b64encode(raw).decode("ascii")
+    return out
+
+
+class _Codes:
+    """Strings as small integers (one table for the page)."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, int] = {}
+
+    def array(self, values: Any) -> np.ndarray:
+        """The code of each of ``values`` (missing ones: the empty string)."""
+        values = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
+        codes, uniques = pd.factorize(values)
+        keys = [*(str(u) for u in uniques), ""]  # code -1 (missing): ""
+        mapping = np.array([self.table.setdefault(k, len(self.table)) for k in keys])
+        return mapping[codes]
+
+    def __call__(self, values: Any) -> list[int]:
+        return self.array(values).tolist()
+
+
 def _unit_traces(
-    lane: str,
+    pos: int,
     start: np.ndarray,
     end: np.ndarray,
     hover: Any,
     origin: int,
     unit: str,
-    customdata: np.ndarray | None,
+    customdata: np.ndarray,
     legend: bool,
+    points: int = HOVER_POINTS_PER_LANE,
 ) -> list[dict[str, Any]]:
-    """The spans of one unit in one lane as thick line segments, and hover markers along
-    them (each carrying its span's global index, for a click)."""
+    """The spans of one unit in the lane at y ``pos`` as thick line segments, and hover markers
+    along them (each carrying its span's global index, for a click)."""
     color = _color(unit)
-    s = np.round((np.asarray(start, dtype=np.int64) - origin) / 1e3, 3)
-    e = np.round((np.asarray(end, dtype=np.int64) - origin) / 1e3, 3)
+    s = (np.asarray(start, dtype=np.int64) - origin) / 1e3
+    e = (np.asarray(end, dtype=np.int64) - origin) / 1e3
     xs = np.empty(len(s) * 3)
     xs[0::3], xs[1::3], xs[2::3] = s, e, np.nan
-    ys = np.full(len(xs), lane, dtype=object)
-    ys[2::3] = None
-    hx, idx = _hover_points(s, e, HOVER_POINTS_PER_LANE)
-    markers: dict[str, Any] = {
-        "type": "scattergl",
-        "x": np.round(hx, 3),
-        "y": np.full(len(hx), lane, dtype=object),
-        "mode": "markers",
-        "marker": {"size": 6, "color": color, "opacity": 0.35},
-        "hovertext": np.asarray(hover, dtype=object)[idx],
-        "hoverinfo": "text",
-        "showlegend": False,
-        "legendgroup": unit,
-        "name": f"{lane}: {unit}",
-        "xaxis": "x",
-        "yaxis": "y",
-    }
-    if customdata is not None:
-        markers["customdata"] = np.asarray(customdata)[idx]
+    hx, idx = _hover_points(s, e, points)
     return [
         {
             "type": "scattergl",
-            "x": xs,
-            "y": ys,
+            "x": typed(xs),
+            "y": typed(np.full(len(xs), pos)),
             "mode": "lines",
             "line": {"width": BAR_PX, "color": color},
             "hoverinfo": "skip",
@@ -353,7 +373,21 @@ def _unit_traces(
             "xaxis": "x",
             "yaxis": "y",
         },
-        markers,
+        {
+            "type": "scattergl",
+            "x": typed(hx),
+            "y": typed(np.full(len(hx), pos)),
+            "mode": "markers",
+            "marker": {"size": 6, "color": color, "opacity": 0.35},
+            "hovertext": np.asarray(hover, dtype=object)[idx],
+            "hoverinfo": "text",
+            "showlegend": False,
+            "legendgroup": unit,
+            "name": unit,
+            "customdata": typed(np.asarray(customdata)[idx]),
+            "xaxis": "x",
+            "yaxis": "y",
+        },
     ]
 
 
@@ -362,67 +396,146 @@ def _hover(lane: Lane) -> pd.Series:
     return _task_hover(src) if lane.kind == "stream" else _host_hover(src)
 
 
-def _lane_traces(
-    lane: Lane, origin: int, notes: list[str], legend: set[str]
-) -> list[dict[str, Any]]:
-    """The traces of one lane: per unit, its spans (or, above :data:`MAX_SPANS_PER_LANE`,
-    time bins of them) and hover markers. ``legend``: the units already in the legend."""
-    sp = lane.spans
-    n = len(sp)
-    if n == 0:
-        return []
-    lane.binned = n > MAX_SPANS_PER_LANE
-    traces: list[dict[str, Any]] = []
-    hover = None if lane.binned else _hover(lane).to_numpy(dtype=object)
+def _units(sp: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Each span's unit, and the lane's units in legend order."""
     units = sp["unit"].to_numpy(dtype=object)
     order = list(dict.fromkeys(units.tolist()))
     order.sort(key=lambda u: list(UNIT_COLORS).index(u) if u in UNIT_COLORS else 99)
-    bins_total, width = 0, 0
+    return units, order
+
+
+def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[dict[str, Any]]:
+    """The traces of a lane drawn span by span (at y ``pos``): per unit its spans and hover
+    markers; the lane's hover points are shared out over its units by their spans.
+    ``legend``: the units already in the legend."""
+    sp = lane.spans
+    if len(sp) == 0:
+        return []
+    hover = _hover(lane).to_numpy(dtype=object)
+    units, order = _units(sp)
+    traces: list[dict[str, Any]] = []
     for unit in order:
         mine = units == unit
         start, end = sp["start_ns"].to_numpy()[mine], sp["end_ns"].to_numpy()[mine]
+        g = lane.offset + np.flatnonzero(mine)
+        points = max(50, round(HOVER_POINTS_PER_LANE * mine.sum() / len(sp)))
         show = unit not in legend
         legend.add(unit)
-        if lane.binned:
-            budget = lane.extra.get("bins", MAX_SPANS_PER_LANE // 2)
-            bins = max(50, round(budget * mine.sum() / n))
-            agg = _aggregate(start, end, sp["name"].to_numpy()[mine], bins, origin)
-            bins_total += len(agg)
-            width = max(width, agg.attrs["width_ns"])
-            traces += _unit_traces(
-                lane.name,
-                agg["start"].to_numpy(),
-                agg["end"].to_numpy(),
-                agg["hover"].to_numpy(dtype=object),
-                origin,
-                unit,
-                None,
-                show,
-            )
-        else:
-            g = lane.offset + np.flatnonzero(mine)
-            traces += _unit_traces(lane.name, start, end, hover[mine], origin, unit, g, show)
-    if lane.binned:
-        notes.append(
-            f"{lane.name}: {n:,} spans aggregated into {bins_total:,} time bins (per unit) of up "
-            f"to {width / 1e3:,.3f} us (more than {MAX_SPANS_PER_LANE:,} spans in the lane); "
-            "each bin is drawn from its first span's start to its last span's end and its hover "
-            "gives the spans, busy time and the name with the most time; zoomed in far enough, "
-            "the lane is drawn span by span from the report's detail files"
-        )
+        traces += _unit_traces(pos, start, end, hover[mine], origin, unit, g, show, points)
     return traces
 
 
-class _Codes:
-    """Strings as small integers (one table for the page)."""
+def _bin_lane(
+    lane: Lane, pos: int, origin: int, legend: set[str], codes: _Codes, notes: list[str]
+) -> dict[str, Any]:
+    """A lane of more than :data:`MAX_SPANS_PER_LANE` spans as time bins per unit, for the page
+    to draw: per unit its colour, whether it joins the legend, and the bins' columns (start
+    and end in us, spans, busy and span time in us, code of the name with most time)."""
+    sp = lane.spans
+    n = len(sp)
+    units, order = _units(sp)
+    budget = lane.extra.get("bins", MAX_SPANS_PER_LANE // 2)
+    out: dict[str, Any] = {"lane": pos, "units": []}
+    bins_total, width = 0, 0
+    names = sp["name"]
+    for unit in order:
+        mine = units == unit
+        start, end = sp["start_ns"].to_numpy()[mine], sp["end_ns"].to_numpy()[mine]
+        agg = _aggregate(start, end, names[mine], max(50, round(budget * mine.sum() / n)))
+        bins_total += len(agg)
+        width = max(width, agg.attrs["width_ns"])
+        out["units"].append(
+            {
+                "unit": unit,
+                "color": _color(unit),
+                "legend": unit not in legend,
+                "s": typed((agg["start"].to_numpy() - origin) / 1e3),
+                "e": typed((agg["end"].to_numpy() - origin) / 1e3),
+                "c": typed(agg["spans"].to_numpy()),
+                "busy": typed(agg["busy_ns"].to_numpy() / 1e3, "f4"),
+                "span": typed(agg["span_ns"].to_numpy() / 1e3, "f4"),
+                "top": typed(codes.array(agg["top"].to_numpy())),
+            }
+        )
+        legend.add(unit)
+    notes.append(
+        f"{lane.name}: {n:,} spans aggregated into {bins_total:,} time bins (per unit) of up "
+        f"to {width / 1e3:,.3f} us (more than {MAX_SPANS_PER_LANE:,} spans in the lane); "
+        "each bin is drawn from its first span's start to its last span's end and its hover "
+        "gives the spans, busy time and the name with the most time"
+    )
+    return out
 
-    def __init__(self) -> None:
-        self.table: dict[str, int] = {}
 
-    def __call__(self, values: Any) -> list[int]:
-        codes, uniques = pd.factorize(pd.Series(np.asarray(values, dtype=object)).fillna(""))
-        mapping = np.array([self.table.setdefault(str(u), len(self.table)) for u in uniques])
-        return mapping[codes].tolist() if len(codes) else []
+def _detail_chunks(lane: Lane, origin: int, codes: _Codes) -> list[dict[str, Any]]:
+    """The spans of a binned lane in time order, in chunks of :data:`DETAIL_CHUNK`: per chunk
+    the first start (ns from ``origin``), its extent in us (``a`` first start, ``b`` last end),
+    the count, and compressed columns: start deltas (ns), durations (ns), name and unit codes.
+    """
+    sp = lane.spans
+    order = np.argsort(sp["start_ns"].to_numpy(), kind="stable")
+    start = sp["start_ns"].to_numpy().astype(np.int64)[order] - origin
+    dur = sp["end_ns"].to_numpy().astype(np.int64)[order] - (start + origin)
+    names = codes.array(sp["name"])[order]
+    units = codes.array(sp["unit"])[order]
+    chunks = []
+    for i in range(0, len(start), DETAIL_CHUNK):
+        s, d = start[i : i + DETAIL_CHUNK], dur[i : i + DETAIL_CHUNK]
+        chunks.append(
+            {
+                "t0": int(s[0]),
+                "a": float(s[0] / 1e3),
+                "b": float((s + d).max() / 1e3),
+                "n": len(s),
+                "ds": typed(np.diff(s, prepend=s[0]), compress=True),
+                "d": typed(np.maximum(d, 0), compress=True),
+                "nm": typed(names[i : i + DETAIL_CHUNK], compress=True),
+                "u": typed(units[i : i + DETAIL_CHUNK], compress=True),
+            }
+        )
+    return chunks
+
+
+def _chunk_chars(chunk: dict[str, Any]) -> int:
+    return sum(len(chunk[k]["bdata"]) for k in ("ds", "d", "nm", "u"))
+
+
+def _detail(
+    binned: list[tuple[Lane, dict[str, Any]]], origin: int, codes: _Codes, notes: list[str]
+) -> None:
+    """Each binned lane's detail chunks (``chunks`` of its entry), taken over all lanes in time
+    order while :data:`DETAIL_BYTES` last; ``until``: where a lane's embedded detail ends (us;
+    absent when it has all of it)."""
+    pending = [(lane, entry, _detail_chunks(lane, origin, codes)) for lane, entry in binned]
+    heads = sorted(
+        ((c["a"], k, j) for k, (_, _, cs) in enumerate(pending) for j, c in enumerate(cs)),
+    )
+    spent, cut = 0, None
+    for a, k, j in heads:
+        chunk = pending[k][2][j]
+        size = _chunk_chars(chunk)
+        if spent + size > DETAIL_BYTES:
+            cut = a
+            break
+        spent += size
+    for _, entry, chunks in pending:
+        kept = [c for c in chunks if cut is None or c["a"] < cut]
+        entry["chunks"] = kept
+        entry.pop("until", None)
+        if len(kept) < len(chunks):
+            entry["until"] = chunks[len(kept)]["a"]
+    if cut is not None:
+        notes.append(
+            f"detail of the aggregated lanes embedded up to {cut / 1e3:,.1f} ms (the page holds "
+            f"at most {DETAIL_BYTES / 2**20:,.0f} MiB of it): zoomed in before that time, they "
+            "are drawn span by span; after it, as bins"
+        )
+    elif pending:
+        notes.append(
+            "zoomed in to at most "
+            f"{MAX_SPANS_PER_LANE:,} spans in view, the aggregated lanes are drawn span by span "
+            "(from data embedded in the page)"
+        )
 
 
 def _us(values: np.ndarray, origin: int) -> list[float]:
@@ -514,8 +627,16 @@ def timeline(
         lane.extra["bins"] = min(MAX_SPANS_PER_LANE // 2, TOTAL_BINS // len(binned))
     traces: list[dict[str, Any]] = []
     legend: set[str] = set()
-    for lane in lanes:
-        traces += _lane_traces(lane, origin, notes, legend)
+    codes = _Codes()
+    bins: list[tuple[Lane, dict[str, Any]]] = []
+    for li, lane in enumerate(lanes):
+        pos = len(lanes) - 1 - li  # the first lane on top
+        lane.binned = len(lane.spans) > MAX_SPANS_PER_LANE
+        if lane.binned:
+            bins.append((lane, _bin_lane(lane, pos, origin, legend, codes, notes)))
+        else:
+            traces += _lane_traces(lane, pos, origin, legend)
+    _detail(bins, origin, codes, notes)
     names = [ln.name for ln in lanes]
     # step boundaries: one trace per row, on overlay axes y3 (over the lanes) and y4 (memory)
     bounds = np.unique(np.concatenate([steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()]))
@@ -553,9 +674,12 @@ def timeline(
                 }
             )
     fig.update_yaxes(
-        categoryorder="array",
-        categoryarray=list(reversed(names)),
-        type="category",
+        type="linear",
+        tickmode="array",
+        tickvals=list(range(len(names))),
+        ticktext=list(reversed(names)),
+        showgrid=False,
+        zeroline=False,
         range=[-0.5, len(names) - 0.5],
         fixedrange=True,
         automargin=True,
@@ -577,8 +701,9 @@ def timeline(
     out = fig.to_plotly_json()
     out["data"] = traces
     out["layout"]["annotations"] = []
-    codes = _Codes()
     store = _span_store(lanes, origin, codes)
+    store["binned"] = [entry for _, entry in bins]
+    store["max_spans"], store["chunk"] = MAX_SPANS_PER_LANE, DETAIL_CHUNK
     store["lane_names"] = names
     store["lane_ranks"] = [ln.rank for ln in lanes]
     store["lane_binned"] = [ln.binned for ln in lanes]
@@ -589,5 +714,4 @@ def timeline(
     store["multi"] = multi
     store["names"] = list(codes.table)
     store["colors"] = {**UNIT_COLORS, **HOST_COLORS}
-    store["lanes_obj"] = lanes  # not serialised: the detail chunks are cut from it
     return out, names, notes, store

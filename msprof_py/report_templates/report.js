@@ -5,28 +5,109 @@
 (function () {
   "use strict";
   var CFG = {responsive: true, displaylogo: false, scrollZoom: true};
+  var storeNode = document.getElementById("timeline-store");
+  var store = storeNode ? JSON.parse(storeNode.textContent) : null;
+
+  // typed arrays: {dtype, bdata} (base64), zlib-compressed when z is set
+  var TYPES = {u1: Uint8Array, u2: Uint16Array, u4: Uint32Array, i4: Int32Array,
+               f4: Float32Array, f8: Float64Array};
+  function bytes(b64) {
+    var bin = atob(b64), out = new Uint8Array(bin.length);
+    for (var k = 0; k < bin.length; k++) out[k] = bin.charCodeAt(k);
+    return out;
+  }
+  function decode(spec) { return new TYPES[spec.dtype](bytes(spec.bdata).buffer); }
+  function inflate(spec) {
+    var raw = new Blob([bytes(spec.bdata)]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(raw).arrayBuffer().then(function (buf) { return new TYPES[spec.dtype](buf); });
+  }
+  var HOVER_POINTS = 2000;
+  // where spans can be hovered: each at its middle, long ones also along them
+  function hoverPoints(s, e, points) {
+    var lo = Infinity, hi = -Infinity, sum = 0, xs = [], idx = [];
+    for (var k = 0; k < s.length; k++) { lo = Math.min(lo, s[k]); hi = Math.max(hi, e[k]); sum += e[k] - s[k]; }
+    var scale = Math.max(hi - lo, sum), step = scale > 0 ? scale / points : 1;
+    for (k = 0; k < s.length; k++) {
+      var d = e[k] - s[k], m = Math.min(points, Math.max(1, Math.ceil(d / step)));
+      for (var j = 0; j < m; j++) { xs.push(s[k] + (j + 0.5) * d / m); idx.push(k); }
+    }
+    return [xs, idx];
+  }
+  function segments(s, e, y) {
+    var xs = new Float64Array(3 * s.length), ys = new Float64Array(3 * s.length).fill(y);
+    for (var k = 0; k < s.length; k++) { xs[3 * k] = s[k]; xs[3 * k + 1] = e[k]; xs[3 * k + 2] = NaN; }
+    return [xs, ys];
+  }
+  // number formats made once (toLocaleString with options builds one per call: slow)
+  var NUM = [0, 1, 2, 3].map(function (d) {
+    return new Intl.NumberFormat("en-US", {minimumFractionDigits: d, maximumFractionDigits: d});
+  });
+  var UPTO3 = new Intl.NumberFormat("en-US", {maximumFractionDigits: 3});
+  function num(v, digits) { return NUM[digits].format(v); }
+  function lineTrace(x, y, color, unit, legend) {
+    return {type: "scattergl", x: x, y: y, mode: "lines", line: {width: 14, color: color},
+            hoverinfo: "skip", showlegend: legend, legendgroup: unit, name: unit,
+            xaxis: "x", yaxis: "y"};
+  }
+  function markerTrace(x, y, color, unit, text) {
+    return {type: "scattergl", x: x, y: y, mode: "markers",
+            marker: {size: 6, color: color, opacity: 0.35}, hovertext: text, hoverinfo: "text",
+            showlegend: false, legendgroup: unit, name: unit, xaxis: "x", yaxis: "y"};
+  }
+  // the binned lanes' traces, from their bins' columns; and per lane, empty traces its spans
+  // are drawn in once the view is zoomed in far enough
+  function addBinned(data, st) {
+    st.binned.forEach(function (b) {
+      var total = 0;
+      b.units.forEach(function (u) { u.cols = {s: decode(u.s), e: decode(u.e), c: decode(u.c),
+        busy: decode(u.busy), span: decode(u.span), top: decode(u.top)}; total += u.cols.s.length; });
+      b.binIdx = []; b.detIdx = {}; b.mode = "bins";
+      b.units.forEach(function (u) {
+        var c = u.cols, seg = segments(c.s, c.e, b.lane);
+        b.binIdx.push(data.length);
+        data.push(lineTrace(seg[0], seg[1], u.color, u.unit, u.legend));
+        var hp = hoverPoints(c.s, c.e, Math.max(50, Math.round(HOVER_POINTS * c.s.length / total)));
+        var text = hp[1].map(function (k) {
+          var ext = c.e[k] - c.s[k], share = ext > 0 ? c.busy[k] / ext : 1;
+          return "<b>" + num(c.c[k], 0) + " spans aggregated</b><br>" +
+            num(c.s[k], 1) + " us to " + num(c.e[k], 1) + " us<br>busy: " + num(c.busy[k], 1) +
+            " us (" + Math.round(share * 100) + "% of the bin)<br>span time: " +
+            num(c.span[k], 1) + " us<br>most time: " + esc(st.names[c.top[k]]);
+        });
+        b.binIdx.push(data.length);
+        data.push(markerTrace(hp[0], hp[0].map(function () { return b.lane; }), u.color, u.unit, text));
+      });
+      b.units.forEach(function (u) {
+        b.detIdx[u.unit] = data.length;
+        data.push(lineTrace([], [], u.color, u.unit, false));
+      });
+      b.detMarker = data.length;
+      data.push(markerTrace([], [], [], "detail", []));
+    });
+  }
   var nodes = document.querySelectorAll("script[type='application/json'][id$='-data']");
   for (var i = 0; i < nodes.length; i++) {
-    var fig = JSON.parse(nodes[i].textContent);
-    Plotly.newPlot(nodes[i].id.slice(0, -5), fig.data, fig.layout, CFG);
+    var fig = JSON.parse(nodes[i].textContent), id = nodes[i].id.slice(0, -5);
+    if (id === "fig-timeline" && store) addBinned(fig.data, store);
+    Plotly.newPlot(id, fig.data, fig.layout, CFG);
   }
   function esc(s) {
     return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
   function fmt(us) {
-    return Math.abs(us) >= 10000 ? (us / 1000).toLocaleString("en-US", {maximumFractionDigits: 3}) + " ms"
-      : us.toLocaleString("en-US", {maximumFractionDigits: 3}) + " us";
+    return Math.abs(us) >= 10000 ? UPTO3.format(us / 1000) + " ms" : UPTO3.format(us) + " us";
   }
 
   var gd = document.getElementById("fig-timeline");
-  var storeNode = document.getElementById("timeline-store");
   var tl = null;
-  if (gd && storeNode && gd.data) tl = timeline(gd, JSON.parse(storeNode.textContent));
+  if (gd && store && gd.data) tl = timeline(gd, store);
   window.msprofTimeline = tl;
 
   function timeline(gd, st) {
     var n = st.lane_names.length, owner = {}, kernelOf = {}, kernelsOfOp = {}, kernelOfLaunch = {};
     var selected = null, mark = null, busy = false;
+    // the spans of a binned lane drawn one by one: global index DBASE + lane * DSTRIDE + k
+    var DBASE = 1e12, DSTRIDE = 1e9, MAXD = st.max_spans, CHUNK = st.chunk;
     st.lanes.forEach(function (L, li) {
       if (L) for (var k = 0; k < L.s.length; k++) owner[L.g + k] = [li, k];
     });
@@ -38,6 +119,10 @@
     function pos(li) { return n - 1 - li; }
     function span(g) {
       var o = owner[g];
+      if (g >= DBASE) {
+        var dl = Math.floor((g - DBASE) / DSTRIDE);
+        o = st.lanes[dl] && st.lanes[dl].detail ? [dl, g - DBASE - dl * DSTRIDE] : null;
+      }
       if (!o) return null;
       var L = st.lanes[o[0]];
       return {g: g, lane: o[0], s: L.s[o[1]], e: L.e[o[1]], name: st.names[L.n[o[1]]],
@@ -125,13 +210,77 @@
                           name: "highlight"});
       return out;
     }
+    // a binned lane's spans in view, from its detail chunks (inflated once, then kept)
+    function chunkSpans(c) {
+      if (!c.spans) c.spans = Promise.all([inflate(c.ds), inflate(c.d), inflate(c.nm), inflate(c.u)])
+        .then(function (a) {
+          var s = new Float64Array(c.n), e = new Float64Array(c.n), t = c.t0;
+          for (var k = 0; k < c.n; k++) { t += a[0][k]; s[k] = t / 1e3; e[k] = (t + a[1][k]) / 1e3; }
+          return {s: s, e: e, n: a[2], u: a[3]};
+        });
+      return c.spans;
+    }
+    function binsOn(b, li) {
+      if (b.mode === "bins") return null;
+      b.mode = "bins";
+      st.lanes[li] = null;
+      var idx = b.binIdx.concat(Object.keys(b.detIdx).map(function (u) { return b.detIdx[u]; }), [b.detMarker]);
+      var vis = idx.map(function (k, j) { return j < b.binIdx.length; });
+      return Plotly.restyle(gd, {visible: vis}, idx);
+    }
+    function detailOn(b, li, parts, v) {
+      var S = [], E = [], N = [], U = [];
+      parts.forEach(function (p) {
+        for (var k = 0; k < p.s.length; k++)
+          if (p.e[k] >= v.x0 && p.s[k] <= v.x1) { S.push(p.s[k]); E.push(p.e[k]); N.push(p.n[k]); U.push(p.u[k]); }
+      });
+      if (S.length > MAXD) return binsOn(b, li);
+      b.mode = "detail";
+      var base = DBASE + li * DSTRIDE, y = n - 1 - li;
+      st.lanes[li] = {g: base, s: S, e: E, n: N, u: U, detail: true};
+      var idx = [], xs = [], ys = [];
+      b.units.forEach(function (u) {
+        var s = [], e = [];
+        for (var k = 0; k < S.length; k++) if (st.names[U[k]] === u.unit) { s.push(S[k]); e.push(E[k]); }
+        var seg = segments(s, e, y);
+        idx.push(b.detIdx[u.unit]); xs.push(seg[0]); ys.push(seg[1]);
+      });
+      var hp = hoverPoints(S, E, HOVER_POINTS), colors = {};
+      b.units.forEach(function (u) { colors[u.unit] = u.color; });
+      var text = hp[1].map(function (k) {
+        return "<b>" + esc(st.names[N[k]]) + "</b> (" + esc(st.names[U[k]]) + ")<br>start: " +
+          fmt(S[k]) + "<br>duration: " + fmt(E[k] - S[k]);
+      });
+      var all = b.binIdx.concat(idx, [b.detMarker]);
+      var vis = all.map(function (k, j) { return j >= b.binIdx.length; });
+      return Plotly.restyle(gd, {x: xs, y: ys}, idx).then(function () {
+        return Plotly.restyle(gd, {x: [hp[0]], y: [hp[0].map(function () { return y; })],
+          hovertext: [text], "marker.color": [hp[1].map(function (k) { return colors[st.names[U[k]]] || "#888"; })],
+          customdata: [hp[1].map(function (k) { return base + k; })]}, [b.detMarker]);
+      }).then(function () { return Plotly.restyle(gd, {visible: vis}, all); });
+    }
+    function detail(v, me) {
+      return Promise.all((st.binned || []).map(function (b) {
+        var li = n - 1 - b.lane;
+        var want = b.chunks.filter(function (c) { return c.b >= v.x0 && c.a <= v.x1; });
+        var count = want.reduce(function (t, c) { return t + c.n; }, 0);
+        var missing = b.until !== undefined && v.x1 >= b.until;
+        if (missing || count > MAXD + 2 * CHUNK) return binsOn(b, li);
+        return Promise.all(want.map(chunkSpans)).then(function (parts) {
+          return me === gen ? detailOn(b, li, parts, v) : null;
+        });
+      }));
+    }
+    var gen = 0;  // the latest redraw: an older one that finishes later changes nothing
     function redraw() {
-      if (!gd._fullLayout || !gd._fullLayout.xaxis) return;
-      var v = view();
-      busy = true;
-      Plotly.relayout(gd, {annotations: stepLabels(v).concat(spanLabels(v), flows()),
-                           shapes: shapes()}).then(function () { busy = false; },
-                                                   function () { busy = false; });
+      if (!gd._fullLayout || !gd._fullLayout.xaxis) return Promise.resolve();
+      var me = ++gen;
+      return detail(view(), me).then(function () {
+        if (me !== gen) return null;
+        var v = view();
+        return Plotly.relayout(gd, {annotations: stepLabels(v).concat(spanLabels(v), flows()),
+                                    shapes: shapes()});
+      }).catch(function (err) { console.warn(String(err)); });
     }
     var pending = null;
     gd.on("plotly_relayout", function (ev) {

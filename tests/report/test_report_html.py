@@ -14,11 +14,11 @@ from typing import Any
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from report_helpers import CHROMIUM, one_rank_meta
+from report_helpers import CHROMIUM, one_rank_meta, synthetic_profile, typed_array
 
 from msprof_py.profile import TABLES, Profile, load
 from msprof_py.profile.schema import default_row
-from msprof_py.report import write_report
+from msprof_py.report import timeline, write_report
 from msprof_py.report.build import build_html
 from msprof_py.report.command import report
 from msprof_py.report.lanes import UNIT_COLORS
@@ -97,8 +97,16 @@ def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
         f"stream {s} · compute" for s in streams
     ]
     fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
-    drawn = {y for t in fig["data"] if t.get("type") == "scattergl" for y in t.get("y", []) or []}
-    assert set(lanes) <= drawn
+    # lanes are numbered, first on top, and named by the y axis' ticks; each has spans
+    y = fig["layout"]["yaxis"]
+    assert y["tickvals"] == list(range(len(lanes))) and y["ticktext"] == lanes[::-1]
+    drawn = {
+        int(v)
+        for t in fig["data"]
+        if t.get("type") == "scattergl" and t.get("yaxis") == "y"
+        for v in typed_array(t["y"])
+    }
+    assert drawn == set(range(len(lanes)))
 
 
 def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
@@ -308,7 +316,8 @@ def _point(page: Any, x: float, lane: str) -> tuple[float, float]:
           const gd = document.getElementById('fig-timeline');
           const r = gd.getBoundingClientRect();
           const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-          return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(ya.d2l(lane))];
+          const y = gd.layout.yaxis.ticktext.indexOf(lane);
+          return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
         }""",
         [x, lane],
     )
@@ -456,5 +465,81 @@ def test_browser_two_ranks(tmp_path: Path, browser: Any, artefacts: Path) -> Non
     rows = {round(b["y"]) for b in _boxes(page, "step ")}
     assert len(rows) == 2  # one row per rank
     page.locator("#timeline").screenshot(path=str(artefacts / "timeline-two-ranks.png"))
+    assert errors == []
+    page.close()
+
+
+def test_browser_bins_split_on_zoom(
+    tmp_path: Path, browser: Any, artefacts: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binned lane zoomed in far enough is drawn span by span from the page's own data:
+    its bins give way to spans with labels and a click; zoomed out, bins again. (Lanes of
+    more than 2,000 spans binned, so that the page is small.)"""
+    monkeypatch.setattr(timeline, "MAX_SPANS_PER_LANE", 2_000)
+    monkeypatch.setattr(timeline, "DETAIL_CHUNK", 500)
+    monkeypatch.setattr(timeline, "TOTAL_BINS", 3_000)
+    profile = synthetic_profile(tmp_path, 6_000)  # 30 steps: 4,800 kernels on stream 0
+    out = write_report(profile, tmp_path / "r.html")
+    page, errors = _page(browser, out)
+    lane = "stream 0 · compute"
+    y = page.evaluate(
+        f"() => document.getElementById('fig-timeline').layout.yaxis.ticktext.indexOf('{lane}')"
+    )
+    shown = """(y) => document.getElementById('fig-timeline').data
+        .filter((t) => t.visible !== false && t.mode === 'lines' && t.yaxis === 'y'
+                && t.x.length && t.y[0] === y)
+        .map((t) => [t.name, t.x.length])"""
+
+    def labels() -> list[str]:
+        return page.evaluate(
+            """(y) => (document.getElementById('fig-timeline').layout.annotations || [])
+                 .filter((a) => a.name === 'span-label' && a.y === y).map((a) => a.text)""",
+            y,
+        )
+
+    binned = page.evaluate(shown, y)
+    assert binned and labels() == []  # all 4,800 kernels in view: bins, no labels
+    # zoomed onto 60 us of step 20: its first kernels, one by one (the profile's own times)
+    t = profile.tasks
+    origin = min(t["start_ns"].min(), profile.host_events["start_ns"].min())
+    step = t[(t["step"] == 20) & (t["stream_id"] == 0)].sort_values("start_ns")
+    a = (step["start_ns"].iloc[0] - origin) / 1e3
+    _zoom(page, a - 5, a + 60)
+    page.wait_for_function(
+        "(y) => (document.getElementById('fig-timeline').layout.annotations || [])"
+        ".some((a) => a.name === 'span-label' && a.y === y)",
+        arg=y,
+        timeout=10_000,
+    )
+    inside = step[(step["end_ns"] - origin) / 1e3 <= a + 60]
+    seen = labels()
+    assert seen and all(html.unescape(s).rstrip("\u2026") for s in seen)
+    assert {html.unescape(s) for s in seen if "\u2026" not in s} <= set(inside["name"])
+    detail = page.evaluate(shown, y)
+    segments = sum(n for _, n in detail) // 3
+    visible = step[
+        ((step["end_ns"] - origin) / 1e3 >= a - 5) & ((step["start_ns"] - origin) / 1e3 <= a + 60)
+    ]
+    assert segments == len(visible)
+    assert {name for name, _ in detail} == {"cube", "vector"}
+    # a click on the first kernel selects it
+    k = step.iloc[0]
+    s, e = (k["start_ns"] - origin) / 1e3, (k["end_ns"] - origin) / 1e3
+    x, py = _point(page, (s + e) / 2, lane)
+    page.mouse.move(x - 3, py)
+    page.mouse.move(x, py, steps=3)
+    page.mouse.click(x, py)
+    page.wait_for_selector("#tl-details:not([hidden])", timeout=5_000)
+    assert f"Selected: {k['name']} (cube) on {lane}" in page.locator("#tl-details").inner_text()
+    page.locator("#timeline").screenshot(path=str(artefacts / "timeline-detail.png"))
+    # zoomed out again: bins
+    _zoom(page, 0, (t["end_ns"].max() - origin) / 1e3)
+    page.wait_for_function(
+        "(y) => !(document.getElementById('fig-timeline').layout.annotations || [])"
+        ".some((a) => a.name === 'span-label' && a.y === y)",
+        arg=y,
+        timeout=10_000,
+    )
+    assert page.evaluate(shown, y) == binned
     assert errors == []
     page.close()
