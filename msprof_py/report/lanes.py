@@ -106,7 +106,11 @@ def stream_role(t: pd.DataFrame) -> str:
 def thread_roles(h: pd.DataFrame) -> dict[int, str]:
     """A name for each host thread that ran ops: the main thread (the most forward ops),
     the autograd thread (backward ops), the DataLoader pin thread (pin_memory), the device
-    runtime (thread 0), else ``thread N`` in order of first appearance."""
+    runtime (thread 0), else ``thread N`` in order of first appearance.
+
+    Guesses: the recorder stores each event's thread id, not the thread's name, so a role is
+    read off what the thread ran (a collector recording ``threading`` names would let this
+    name them for certain)."""
     ops = h[h["kind"].astype(str).isin(THREAD_KINDS)]
     if ops.empty:
         return {}

@@ -352,7 +352,8 @@ def _unit_traces(
     points: int = HOVER_POINTS_PER_LANE,
 ) -> list[dict[str, Any]]:
     """The spans of one unit in the lane at y ``pos`` as thick line segments, and hover markers
-    along them (each carrying its span's global index, for a click)."""
+    along them (each carrying its span's global index, for a click). The page merges these
+    pieces (``meta.lane``) into one line trace per unit and one trace of markers."""
     color = _color(unit)
     s = (np.asarray(start, dtype=np.int64) - origin) / 1e3
     e = (np.asarray(end, dtype=np.int64) - origin) / 1e3
@@ -370,6 +371,7 @@ def _unit_traces(
             "showlegend": legend,
             "legendgroup": unit,
             "name": unit,
+            "meta": {"lane": pos},
             "xaxis": "x",
             "yaxis": "y",
         },
@@ -385,6 +387,7 @@ def _unit_traces(
             "legendgroup": unit,
             "name": unit,
             "customdata": typed(np.asarray(customdata)[idx]),
+            "meta": {"lane": pos},
             "xaxis": "x",
             "yaxis": "y",
         },
@@ -406,7 +409,7 @@ def _units(sp: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 
 def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[dict[str, Any]]:
     """The traces of a lane drawn span by span (at y ``pos``): per unit its spans and hover
-    markers; the lane's hover points are shared out over its units by their spans.
+    markers (long spans hoverable along them, whatever their unit's share of the lane).
     ``legend``: the units already in the legend."""
     sp = lane.spans
     if len(sp) == 0:
@@ -418,10 +421,9 @@ def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[di
         mine = units == unit
         start, end = sp["start_ns"].to_numpy()[mine], sp["end_ns"].to_numpy()[mine]
         g = lane.offset + np.flatnonzero(mine)
-        points = max(50, round(HOVER_POINTS_PER_LANE * mine.sum() / len(sp)))
         show = unit not in legend
         legend.add(unit)
-        traces += _unit_traces(pos, start, end, hover[mine], origin, unit, g, show, points)
+        traces += _unit_traces(pos, start, end, hover[mine], origin, unit, g, show)
     return traces
 
 

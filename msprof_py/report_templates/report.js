@@ -44,28 +44,46 @@
   });
   var UPTO3 = new Intl.NumberFormat("en-US", {maximumFractionDigits: 3});
   function num(v, digits) { return NUM[digits].format(v); }
-  function lineTrace(x, y, color, unit, legend) {
-    return {type: "scattergl", x: x, y: y, mode: "lines", line: {width: 14, color: color},
-            hoverinfo: "skip", showlegend: legend, legendgroup: unit, name: unit,
-            xaxis: "x", yaxis: "y"};
+  function arr(v) { return v && v.bdata !== undefined ? decode(v) : v; }
+  function concat(parts) {
+    var n = 0, k = 0;
+    parts.forEach(function (p) { n += p.length; });
+    var out = new Float64Array(n);
+    parts.forEach(function (p) { out.set(p, k); k += p.length; });
+    return out;
   }
-  function markerTrace(x, y, color, unit, text) {
-    return {type: "scattergl", x: x, y: y, mode: "markers",
-            marker: {size: 6, color: color, opacity: 0.35}, hovertext: text, hoverinfo: "text",
-            showlegend: false, legendgroup: unit, name: unit, xaxis: "x", yaxis: "y"};
-  }
-  // the binned lanes' traces, from their bins' columns; and per lane, empty traces its spans
-  // are drawn in once the view is zoomed in far enough
-  function addBinned(data, st) {
-    st.binned.forEach(function (b) {
+  // The timeline's spans as few traces as possible (each WebGL trace costs the page time to
+  // draw): one line trace per unit over every lane, one trace of hover markers for all. Its
+  // pieces: per lane and unit its segments and hover points, from the figure's own traces
+  // (lanes drawn span by span, meta.lane set) or from the bins' columns (binned lanes); a
+  // binned lane zoomed in far enough swaps its bins' pieces for its spans'.
+  function compose(data, st) {
+    var T = {units: [], lines: {}, pieces: [], binned: st.binned || []};
+    var rest = [];
+    function unit(u, color, legend) {
+      if (!(u in T.lines)) { T.lines[u] = {color: color, legend: false}; T.units.push(u); }
+      if (legend) T.lines[u].legend = true;
+    }
+    for (var i = 0; i < data.length; i++) {
+      var t = data[i];
+      if (!t.meta || t.meta.lane === undefined) { rest.push(t); continue; }
+      if (t.mode === "lines") {
+        unit(t.name, t.line.color, t.showlegend);
+        T.pieces.push({unit: t.name, lx: arr(t.x), ly: arr(t.y)});
+      } else {
+        var mx = arr(t.x), cd = arr(t.customdata);
+        T.pieces.push({unit: t.name, mx: mx, my: arr(t.y), text: t.hovertext,
+                       color: t.marker.color, custom: cd});
+      }
+    }
+    T.binned.forEach(function (b) {
       var total = 0;
       b.units.forEach(function (u) { u.cols = {s: decode(u.s), e: decode(u.e), c: decode(u.c),
         busy: decode(u.busy), span: decode(u.span), top: decode(u.top)}; total += u.cols.s.length; });
-      b.binIdx = []; b.detIdx = {}; b.mode = "bins";
+      b.mode = "bins"; b.bins = []; b.spans = [];
       b.units.forEach(function (u) {
         var c = u.cols, seg = segments(c.s, c.e, b.lane);
-        b.binIdx.push(data.length);
-        data.push(lineTrace(seg[0], seg[1], u.color, u.unit, u.legend));
+        unit(u.unit, u.color, u.legend);
         var hp = hoverPoints(c.s, c.e, Math.max(50, Math.round(HOVER_POINTS * c.s.length / total)));
         var text = hp[1].map(function (k) {
           var ext = c.e[k] - c.s[k], share = ext > 0 ? c.busy[k] / ext : 1;
@@ -74,21 +92,63 @@
             " us (" + Math.round(share * 100) + "% of the bin)<br>span time: " +
             num(c.span[k], 1) + " us<br>most time: " + esc(st.names[c.top[k]]);
         });
-        b.binIdx.push(data.length);
-        data.push(markerTrace(hp[0], hp[0].map(function () { return b.lane; }), u.color, u.unit, text));
+        b.bins.push({unit: u.unit, lx: seg[0], ly: seg[1]});
+        b.bins.push({unit: u.unit, mx: hp[0], my: new Float64Array(hp[0].length).fill(b.lane),
+                     text: text, color: u.color, custom: null});
       });
-      b.units.forEach(function (u) {
-        b.detIdx[u.unit] = data.length;
-        data.push(lineTrace([], [], u.color, u.unit, false));
-      });
-      b.detMarker = data.length;
-      data.push(markerTrace([], [], [], "detail", []));
     });
+    T.lineIdx = {};
+    T.units.forEach(function (u) {
+      T.lineIdx[u] = rest.length;
+      rest.push({type: "scattergl", x: [], y: [], mode: "lines", line: {width: 14, color: T.lines[u].color},
+                 hoverinfo: "skip", showlegend: T.lines[u].legend, legendgroup: u, name: u,
+                 xaxis: "x", yaxis: "y"});
+    });
+    T.markerIdx = rest.length;
+    rest.push({type: "scattergl", x: [], y: [], mode: "markers", marker: {size: 6, opacity: 0.35},
+               hoverinfo: "text", showlegend: false, name: "spans", xaxis: "x", yaxis: "y"});
+    fill(T, rest, T.units);
+    // the lanes' traces first, as in the figure (hover breaks when the step lines come first)
+    var first = rest.length - T.units.length - 1, lanes = rest.slice(first);
+    T.markerIdx -= first;
+    T.units.forEach(function (u) { T.lineIdx[u] -= first; });
+    return [lanes.concat(rest.slice(0, first)), T];
+  }
+  // every piece now drawn: the figure's own, and per binned lane its bins or its spans
+  function current(T) {
+    var out = T.pieces.slice();
+    T.binned.forEach(function (b) { out = out.concat(b.mode === "bins" ? b.bins : b.spans); });
+    return out;
+  }
+  // the line traces of ``units`` and the markers trace, from the current pieces
+  function fill(T, data, units) {
+    var all = current(T);
+    units.forEach(function (u) {
+      var mine = all.filter(function (p) { return p.unit === u && p.lx; });
+      data[T.lineIdx[u]].x = concat(mine.map(function (p) { return p.lx; }));
+      data[T.lineIdx[u]].y = concat(mine.map(function (p) { return p.ly; }));
+    });
+    var ms = all.filter(function (p) { return p.mx; }), text = [], color = [], custom = [];
+    ms.forEach(function (p) {
+      for (var k = 0; k < p.mx.length; k++) {
+        text.push(p.text[k]);
+        color.push(typeof p.color === "string" ? p.color : p.color[k]);
+        custom.push(p.custom ? p.custom[k] : -1);
+      }
+    });
+    var m = data[T.markerIdx];
+    m.x = concat(ms.map(function (p) { return p.mx; }));
+    m.y = concat(ms.map(function (p) { return p.my; }));
+    m.hovertext = text; m.marker.color = color; m.customdata = custom;
   }
   var nodes = document.querySelectorAll("script[type='application/json'][id$='-data']");
   for (var i = 0; i < nodes.length; i++) {
     var fig = JSON.parse(nodes[i].textContent), id = nodes[i].id.slice(0, -5);
-    if (id === "fig-timeline" && store) addBinned(fig.data, store);
+    if (id === "fig-timeline" && store) {
+      var made = compose(fig.data, store);
+      fig.data = made[0];
+      store.T = made[1];
+    }
     Plotly.newPlot(id, fig.data, fig.layout, CFG);
   }
   function esc(s) {
@@ -220,13 +280,28 @@
         });
       return c.spans;
     }
+    // redraw the traces of a binned lane's units (and the markers) after a change of mode
+    function refill(b) {
+      var T = st.T, units = b.units.map(function (u) { return u.unit; });
+      var data = {};
+      data[T.markerIdx] = {marker: {}};
+      units.forEach(function (u) { data[T.lineIdx[u]] = {}; });
+      fill(T, data, units);
+      var idx = units.map(function (u) { return T.lineIdx[u]; });
+      return Plotly.restyle(gd, {x: idx.map(function (k) { return data[k].x; }),
+                                 y: idx.map(function (k) { return data[k].y; })}, idx)
+        .then(function () {
+          var m = data[T.markerIdx];
+          return Plotly.restyle(gd, {x: [m.x], y: [m.y], hovertext: [m.hovertext],
+                                     "marker.color": [m.marker.color], customdata: [m.customdata]},
+                                [T.markerIdx]);
+        });
+    }
     function binsOn(b, li) {
       if (b.mode === "bins") return null;
-      b.mode = "bins";
+      b.mode = "bins"; b.spans = [];
       st.lanes[li] = null;
-      var idx = b.binIdx.concat(Object.keys(b.detIdx).map(function (u) { return b.detIdx[u]; }), [b.detMarker]);
-      var vis = idx.map(function (k, j) { return j < b.binIdx.length; });
-      return Plotly.restyle(gd, {visible: vis}, idx);
+      return refill(b);
     }
     function detailOn(b, li, parts, v) {
       var S = [], E = [], N = [], U = [];
@@ -238,26 +313,23 @@
       b.mode = "detail";
       var base = DBASE + li * DSTRIDE, y = n - 1 - li;
       st.lanes[li] = {g: base, s: S, e: E, n: N, u: U, detail: true};
-      var idx = [], xs = [], ys = [];
+      b.spans = [];
       b.units.forEach(function (u) {
         var s = [], e = [];
         for (var k = 0; k < S.length; k++) if (st.names[U[k]] === u.unit) { s.push(S[k]); e.push(E[k]); }
         var seg = segments(s, e, y);
-        idx.push(b.detIdx[u.unit]); xs.push(seg[0]); ys.push(seg[1]);
+        b.spans.push({unit: u.unit, lx: seg[0], ly: seg[1]});
       });
       var hp = hoverPoints(S, E, HOVER_POINTS), colors = {};
       b.units.forEach(function (u) { colors[u.unit] = u.color; });
-      var text = hp[1].map(function (k) {
-        return "<b>" + esc(st.names[N[k]]) + "</b> (" + esc(st.names[U[k]]) + ")<br>start: " +
-          fmt(S[k]) + "<br>duration: " + fmt(E[k] - S[k]);
-      });
-      var all = b.binIdx.concat(idx, [b.detMarker]);
-      var vis = all.map(function (k, j) { return j >= b.binIdx.length; });
-      return Plotly.restyle(gd, {x: xs, y: ys}, idx).then(function () {
-        return Plotly.restyle(gd, {x: [hp[0]], y: [hp[0].map(function () { return y; })],
-          hovertext: [text], "marker.color": [hp[1].map(function (k) { return colors[st.names[U[k]]] || "#888"; })],
-          customdata: [hp[1].map(function (k) { return base + k; })]}, [b.detMarker]);
-      }).then(function () { return Plotly.restyle(gd, {visible: vis}, all); });
+      b.spans.push({unit: "", mx: Float64Array.from(hp[0]), my: new Float64Array(hp[0].length).fill(y),
+        text: hp[1].map(function (k) {
+          return "<b>" + esc(st.names[N[k]]) + "</b> (" + esc(st.names[U[k]]) + ")<br>start: " +
+            fmt(S[k]) + "<br>duration: " + fmt(E[k] - S[k]);
+        }),
+        color: hp[1].map(function (k) { return colors[st.names[U[k]]] || "#888"; }),
+        custom: hp[1].map(function (k) { return base + k; })});
+      return refill(b);
     }
     function detail(v, me) {
       return Promise.all((st.binned || []).map(function (b) {
@@ -275,12 +347,13 @@
     function redraw() {
       if (!gd._fullLayout || !gd._fullLayout.xaxis) return Promise.resolve();
       var me = ++gen;
+      outline.style.display = "none";
       return detail(view(), me).then(function () {
         if (me !== gen) return null;
         var v = view();
         return Plotly.relayout(gd, {annotations: stepLabels(v).concat(spanLabels(v), flows()),
                                     shapes: shapes()});
-      }).catch(function (err) { console.warn(String(err)); });
+      }).then(function () { api.drawn = true; }, function (err) { console.warn(String(err)); });
     }
     var pending = null;
     gd.on("plotly_relayout", function (ev) {
@@ -290,9 +363,33 @@
       clearTimeout(pending);
       pending = setTimeout(redraw, 30);
     });
+    // the span under the mouse gets an outline: a box over the plot, outside plotly (a
+    // relayout would end the hover it follows)
+    var outline = document.createElement("div");
+    outline.className = "tl-hover";
+    outline.style.cssText = "position:absolute;pointer-events:none;border:2px solid #111;" +
+      "border-radius:2px;display:none;box-sizing:border-box";
+    gd.style.position = "relative";
+    gd.appendChild(outline);
+    gd.on("plotly_hover", function (ev) {
+      var p = ev && ev.points && ev.points[0];
+      var g = p && p.customdata !== undefined && p.customdata !== null && p.customdata >= 0 ? Number(p.customdata) : null;
+      var x = g === null ? null : span(g);
+      if (!x) { outline.style.display = "none"; return; }
+      var xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+      var a = Math.max(xa.l2p(x.s), 0), b = Math.min(xa.l2p(x.e), xa._length);
+      var yc = ya.l2p(pos(x.lane));
+      outline.style.left = (xa._offset + a - 2) + "px";
+      outline.style.width = Math.max(b - a + 4, 6) + "px";
+      outline.style.top = (ya._offset + yc - 10) + "px";
+      outline.style.height = "20px";
+      outline.style.display = "block";
+      outline.dataset.g = String(g);
+    });
+    gd.on("plotly_unhover", function () { outline.style.display = "none"; });
     gd.on("plotly_click", function (ev) {
       var p = ev && ev.points && ev.points[0];
-      if (!p || p.customdata === undefined || p.customdata === null) return;
+      if (!p || p.customdata === undefined || p.customdata === null || p.customdata < 0) return;
       select(Number(p.customdata));
     });
     var panel = document.getElementById("tl-details");
@@ -353,8 +450,11 @@
       return Plotly.relayout(gd, {"xaxis.range": [s - d, e + d], "xaxis2.range": [s - d, e + d]})
         .then(function () { busy = false; redraw(); });
     }
-    setTimeout(redraw, 0);  // labels after the first draw, which they never delay
-    return {select: select, highlight: highlight, redraw: redraw};
+    // labels after the page has loaded and drawn: they never delay its first draw
+    if (document.readyState === "complete") setTimeout(redraw, 0);
+    else window.addEventListener("load", function () { setTimeout(redraw, 0); });
+    var api = {select: select, highlight: highlight, redraw: redraw, drawn: false};
+    return api;
   }
 
   // a finding's op link zooms the timeline onto where that op ran longest and marks it

@@ -234,6 +234,10 @@ def open_report(
                 )
             )
             out["load_ms"] = float(nav["loadEventEnd"])
+            # the labels' first draw (after load): hover and clicks after it
+            page.wait_for_function(
+                "() => window.msprofTimeline && window.msprofTimeline.drawn", timeout=timeout_ms
+            )
             out["notes"] = page.locator("#timeline p.note").all_inner_texts()
             out["page"] = page.evaluate(
                 """() => {

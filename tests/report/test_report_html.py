@@ -298,6 +298,7 @@ def _page(browser: Any, report: Path) -> tuple[Any, list[str]]:
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(report.as_uri(), wait_until="load")
     page.wait_for_selector("#fig-timeline .main-svg")
+    page.wait_for_function("() => window.msprofTimeline && window.msprofTimeline.drawn")
     return page, errors
 
 
@@ -384,9 +385,15 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
         timeout=5_000,
     )
     # a click on it selects it: details name its launch and op, an arrow joins them
+    page.locator("#fig-timeline").scroll_into_view_if_needed()
     x, y = _point(page, s + (e - s) / 8, "stream 0 · compute")
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y, steps=3)
+    # hovered, it is outlined: a box around it
+    page.wait_for_selector("#fig-timeline .tl-hover", state="visible", timeout=5_000)
+    box = page.locator("#fig-timeline .tl-hover").bounding_box()
+    assert box is not None and box["x"] <= x <= box["x"] + box["width"]
+    assert box["y"] <= y <= box["y"] + box["height"]
     page.mouse.click(x, y)
     page.wait_for_selector("#tl-details:not([hidden])", timeout=5_000)
     page.wait_for_timeout(300)
@@ -486,9 +493,9 @@ def test_browser_bins_split_on_zoom(
         f"() => document.getElementById('fig-timeline').layout.yaxis.ticktext.indexOf('{lane}')"
     )
     shown = """(y) => document.getElementById('fig-timeline').data
-        .filter((t) => t.visible !== false && t.mode === 'lines' && t.yaxis === 'y'
-                && t.x.length && t.y[0] === y)
-        .map((t) => [t.name, t.x.length])"""
+        .filter((t) => t.mode === 'lines' && t.yaxis === 'y')
+        .map((t) => [t.name, Array.from(t.y).filter((v) => v === y).length])
+        .filter((p) => p[1] > 0)"""
 
     def labels() -> list[str]:
         return page.evaluate(
@@ -525,6 +532,7 @@ def test_browser_bins_split_on_zoom(
     # a click on the first kernel selects it
     k = step.iloc[0]
     s, e = (k["start_ns"] - origin) / 1e3, (k["end_ns"] - origin) / 1e3
+    page.locator("#fig-timeline").scroll_into_view_if_needed()
     x, py = _point(page, (s + e) / 2, lane)
     page.mouse.move(x - 3, py)
     page.mouse.move(x, py, steps=3)

@@ -27,7 +27,7 @@ def test_million_task_report_opens(tmp_path: Path) -> None:
     written_s = time.perf_counter() - t0
     del profile
     size_mb = out.stat().st_size / 2**20
-    seen = open_report(out, timeout_ms=2 * OPEN_MS, hover=(0.5, 0.5))
+    seen = open_report(out, timeout_ms=2 * OPEN_MS, hover=(0.5, 0.625))  # on lane 1 of 0..3
     print(f"write {written_s:.1f} s, {size_mb:.1f} MiB, open {seen['load_ms']:.0f} ms")
     assert written_s < WRITE_S
     assert size_mb < SIZE_MB
