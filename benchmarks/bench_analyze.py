@@ -118,6 +118,7 @@ def replicate(source: Path, tasks: int, out: Path) -> Path:
             "start_ns": k * period,
             "end_ns": (k + 1) * period,
             "source": "optimizer",
+            "optimizer_id": np.zeros(len(k), dtype=np.int32),
         }
     )
     pq.write_table(
@@ -125,6 +126,8 @@ def replicate(source: Path, tasks: int, out: Path) -> Path:
         out / "steps-00000.parquet",
     )
     meta = dict(profile.meta[rank])
+    for key in ("parts", "checksum", "rows"):  # the recorded parts: not these
+        meta.pop(key, None)
     (out / META_FILE).write_text(json.dumps(meta, default=str), encoding="utf-8")
     return out
 

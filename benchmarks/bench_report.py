@@ -12,8 +12,13 @@ report is then opened in headless Chromium (network blocked) and the navigation'
 ``loadEventEnd`` recorded (the median of three fresh pages): the page parsed and every figure
 drawn.
 
+With ``--baseline REV`` the same profiles' reports are also written by the ``msprof_py`` of
+git revision ``REV`` (``git archive`` into a temporary folder) and opened the same way, each
+size old then new, so a change's cost is measured in one run on the same machine load.
+
     python benchmarks/bench_report.py [--tasks 100000 300000 1000000] [--profile DIR]
-                                      [--no-browser] [--write]  # append to RESULTS.md
+                                      [--baseline REV] [--no-browser]
+                                      [--write]  # append to RESULTS.md
 """
 
 from __future__ import annotations
@@ -62,10 +67,11 @@ print(json.dumps({"tasks": len(p.tasks), "host_spans": len(host), "load_s": t_lo
 )
 
 
-def measure(path: Path, out: Path) -> dict:
+def measure(path: Path, out: Path, root: Path = ROOT) -> dict:
+    """One report of ``path`` written by the ``msprof_py`` under ``root``, in a fresh process."""
     res = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(out)],
-        cwd=ROOT,
+        cwd=root,
         check=True,
         capture_output=True,
         text=True,
@@ -103,8 +109,19 @@ def open_ms(report: Path, repeats: int = 3) -> float | None:
             browser.close()
 
 
+def checkout(rev: str, into: Path) -> Path:
+    """``msprof_py`` of git revision ``rev`` extracted under ``into`` (returned)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", rev, "msprof_py"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def table(rows: list[dict]) -> str:
     header = [
+        "code",
         "device tasks",
         "host spans",
         "load (s)",
@@ -124,7 +141,8 @@ def table(rows: list[dict]) -> str:
         total = r["load_s"] + r["analyze_s"] + r["report_s"]
         opened = "-" if r.get("open_ms") is None else f"{r['open_ms'] / 1e3:.1f}"
         lines.append(
-            f"| {r['tasks']:,} | {r['host_spans']:,} | {r['load_s']:.2f} | {r['analyze_s']:.2f} "
+            f"| {r.get('code', 'this tree')} | {r['tasks']:,} | {r['host_spans']:,} "
+            f"| {r['load_s']:.2f} | {r['analyze_s']:.2f} "
             f"| {r['report_s']:.2f} | {r['report_s'] / r['analyze_s']:.2f} | {total:.1f} "
             f"| {r['report_mb']:.1f} | {r['raw_json_mb']:.1f} "
             f"| {r['report_mb'] / r['raw_json_mb']:.2f} | {r['raw_json_s']:.2f} | {opened} "
@@ -139,25 +157,34 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="a recorded run to replicate (default: record)"
     )
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also measure the report of git revision REV"
+    )
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timing")
     parser.add_argument("--write", action="store_true", help="append to benchmarks/RESULTS.md")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         source = args.profile or record(Path(tmp) / "source")
+        codes = [("this tree", ROOT)]
+        if args.baseline:
+            codes.insert(0, (args.baseline, checkout(args.baseline, Path(tmp) / "baseline")))
         for n in args.tasks:
             path = replicate(source, n, Path(tmp) / f"p{n}")
-            out = Path(tmp) / f"report-{n}.html"
-            row = measure(path, out)
-            row["open_ms"] = None if args.no_browser else open_ms(out)
-            rows.append(row)
-            opened = "-" if row["open_ms"] is None else f"{row['open_ms'] / 1e3:.1f} s"
-            print(
-                f"{row['tasks']:>9,} tasks: report {row['report_s']:.2f} s "
-                f"(analyze {row['analyze_s']:.2f} s), {row['report_mb']:.1f} MiB, opens {opened}",
-                flush=True,
-            )
-            out.unlink()
+            for code, root in codes:
+                out = Path(tmp) / f"report-{n}.html"
+                row = measure(path, out, root)
+                row["code"] = code
+                row["open_ms"] = None if args.no_browser else open_ms(out)
+                rows.append(row)
+                opened = "-" if row["open_ms"] is None else f"{row['open_ms'] / 1e3:.1f} s"
+                print(
+                    f"{code}: {row['tasks']:>9,} tasks: report {row['report_s']:.2f} s "
+                    f"(analyze {row['analyze_s']:.2f} s), {row['report_mb']:.1f} MiB, "
+                    f"opens {opened}",
+                    flush=True,
+                )
+                out.unlink()
     text = table(rows)
     print(text)
     if args.write:
@@ -167,7 +194,8 @@ def main() -> None:
         sizes = ", ".join(str(n) for n in args.tasks)
         section = (
             "\n## HTML report (`msprof report`) on large profiles\n\n"
-            f"Command: `.venv/bin/python benchmarks/bench_report.py --write` (tasks {sizes}; "
+            f"Command: `.venv/bin/python benchmarks/bench_report.py {' '.join(sys.argv[1:])}` "
+            f"(tasks {sizes}; "
             "the profiles of `bench_analyze.py`: the ResNet sample's steady-state step "
             "replicated; each size in a fresh process: `load()`, `analyze()` and "
             "`write_report(profile, analysis=a)` timed apart; then the report opened in "

@@ -19,23 +19,22 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.offline
-from plotly.subplots import make_subplots
 from plotly.utils import PlotlyJSONEncoder
 
 from msprof_py.analyzers.render import step_list
 from msprof_py.profile import Profile, ProfileError
 from msprof_py.profile.atomic import create_atomically
+from msprof_py.report import tables
+from msprof_py.report.timeline import (
+    MAX_MEMORY_POINTS,
+    _rank_prefix,
+    _thin_memory,
+    time_origin,
+    timeline,
+)
 
-#: spans per timeline lane drawn one by one; above this a lane is aggregated into time bins
-MAX_SPANS_PER_LANE = 20_000
-#: memory points drawn; above this the line is down-sampled (the peak is always kept)
-MAX_MEMORY_POINTS = 20_000
-#: step boundaries drawn as lines
-MAX_STEP_LINES = 500
 #: bars in the step-time chart; above this, runs of consecutive steps are averaged
 MAX_STEP_BARS = 500
-#: extra hover points along a lane's long spans (besides one per span, at its middle)
-HOVER_POINTS_PER_LANE = 2_000
 TOP_N = 15
 
 
@@ -88,386 +87,8 @@ def _bytes(n: Any) -> str:
     return f"{v} B"
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float | np.floating):
-        if math.isnan(v):
-            return ""
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    if isinstance(v, dict | list):
-        return json.dumps(v, default=str)
-    return str(v)
-
-
-def _table(df: pd.DataFrame, columns: list[str] | None = None, limit: int = 50) -> dict[str, Any]:
-    """A DataFrame as plain strings for the template (which escapes them)."""
-    if df is None or len(df) == 0:
-        return {"columns": columns or [], "rows": [], "more": 0}
-    cols = [c for c in (columns or list(df.columns)) if c in df.columns]
-    part = df[cols].head(limit)
-    rows = [[_cell(v) for v in row] for row in part.itertuples(index=False, name=None)]
-    return {"columns": cols, "rows": rows, "more": max(0, len(df) - limit)}
-
-
 def _fig(fig: go.Figure) -> str:
     return _json(fig.to_plotly_json())
-
-
-# ---------------------------------------------------------------- timeline
-
-
-def _task_hover(t: pd.DataFrame) -> pd.Series:
-    dur = (t["end_ns"] - t["start_ns"]) / 1e3
-    return (
-        "<b>"
-        + _esc(t["name"])
-        + "</b> ("
-        + _esc(t["op_type"])
-        + ")<br>unit: "
-        + _esc(t["task_type"])
-        + "<br>in: "
-        + _esc(t["input_shapes"])
-        + " | "
-        + _esc(t["input_dtypes"])
-        + " | "
-        + _esc(t["input_formats"])
-        + "<br>out: "
-        + _esc(t["output_shapes"])
-        + " | "
-        + _esc(t["output_dtypes"])
-        + " | "
-        + _esc(t["output_formats"])
-        + "<br>FLOPs: "
-        + t["flops"].map(lambda v: f"{v:,.0f}")
-        + "  bytes: "
-        + t["bytes"].map(lambda v: f"{v:,}")
-        + "<br>duration: "
-        + dur.map(lambda v: f"{v:,.3f}")
-        + " us"
-    )
-
-
-def _host_hover(h: pd.DataFrame) -> pd.Series:
-    if h.empty:
-        return pd.Series([], index=h.index, dtype=object)
-    dur = (h["end_ns"] - h["start_ns"]) / 1e3
-    return (
-        "<b>"
-        + _esc(h["name"])
-        + "</b> ["
-        + _esc(h["kind"])
-        + "]<br>module: "
-        + _esc(h["module"])
-        + "<br>in: "
-        + _esc(h["input_shapes"])
-        + " | "
-        + _esc(h["input_dtypes"])
-        + "<br>duration: "
-        + dur.map(lambda v: f"{v:,.3f}")
-        + " us"
-    )
-
-
-def _aggregate(
-    start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int, origin: int = 0
-) -> pd.DataFrame:
-    """Level of detail for one lane: its spans merged into at most ``bins`` time bins.
-
-    The lane's time range ``[min start, max end]`` is cut into ``bins`` bins of equal width and
-    each span goes to the bin its start falls in. One row per non-empty bin, in time order:
-
-    - ``start``, ``end``: the earliest start and the latest end of the bin's spans, so every span
-      lies inside its bin's extent (an extent reaches past the bin's edge when a span does);
-    - ``spans``: how many spans (they add up to the lane's spans);
-    - ``span_ns``: the sum of their durations (adds up to the lane's total span time);
-    - ``busy_ns``: the length of the union of the bin's spans, at most ``end - start``; equal
-      to ``span_ns`` where spans do not overlap (a stream), less where they nest (the host);
-    - ``top``: the name with the most span time in the bin (ties: the one first in the lane);
-    - ``hover``: the hover text (names escaped; times in us from ``origin``).
-
-    ``attrs["width_ns"]``: the bins' width.
-
-    Vectorised: sorts and group-bys only, no Python loop per span.
-    """
-    start = np.asarray(start, dtype=np.int64)
-    end = np.asarray(end, dtype=np.int64)
-    lo, hi = int(start.min()), int(end.max())
-    width = max(1, math.ceil((hi - lo + 1) / bins))
-    b = (start - lo) // width
-    order = np.lexsort((start, b))
-    b, s, e = b[order], start[order], end[order]
-    codes, uniques = pd.factorize(pd.Series(np.asarray(names, dtype=object)[order]).fillna(""))
-    d = e - s
-    # union of each bin's spans: a new run starts where a span begins after every earlier
-    # span of its bin (sorted by start) has ended
-    reach = pd.Series(e).groupby(b).cummax().to_numpy()
-    first = np.r_[True, b[1:] != b[:-1]]
-    new_run = first | (s > np.r_[lo, reach[:-1]])
-    heads = np.flatnonzero(new_run)
-    run_len = np.maximum.reduceat(e, heads) - s[heads]
-    busy = pd.Series(run_len).groupby(b[heads]).sum()
-    g = pd.DataFrame({"b": b, "s": s, "e": e, "d": d}).groupby("b", sort=True)
-    agg = g.agg(start=("s", "min"), end=("e", "max"), spans=("s", "size"), span_ns=("d", "sum"))
-    agg["busy_ns"] = busy.reindex(agg.index).to_numpy()
-    by_name = pd.DataFrame({"b": b, "c": codes, "d": d}).groupby(["b", "c"], sort=True)["d"].sum()
-    by_name = by_name.reset_index().sort_values(["b", "d"], ascending=[True, False], kind="stable")
-    top = by_name.drop_duplicates("b").set_index("b")["c"]
-    agg["top"] = uniques.to_numpy()[top.reindex(agg.index).to_numpy()]
-    extent = (agg["end"] - agg["start"]).to_numpy()
-    share = np.divide(agg["busy_ns"].to_numpy(), extent, out=np.ones(len(agg)), where=extent > 0)
-    agg["hover"] = [
-        f"<b>{c:,} spans aggregated</b><br>{x / 1e3:,.1f} us to {y / 1e3:,.1f} us"
-        f"<br>busy: {u / 1e3:,.1f} us ({p * 100:.0f}% of the bin)"
-        f"<br>span time: {t / 1e3:,.1f} us<br>most time: {html.escape(str(n))}"
-        for x, y, c, t, u, p, n in zip(
-            agg["start"] - origin,
-            agg["end"] - origin,
-            agg["spans"],
-            agg["span_ns"],
-            agg["busy_ns"],
-            share,
-            agg["top"],
-            strict=True,
-        )
-    ]
-    out = agg.reset_index(drop=True)
-    out.attrs["width_ns"] = width
-    return out
-
-
-def _hover_points(s: np.ndarray, e: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where a lane's spans can be hovered: every span at its midpoint, long spans also at
-    evenly spaced points along them (at most about ``points`` extra points in the lane), so
-    the hover label shows near any part of a long span, not only near its middle.
-    Returns (x of each hover point, index of its span)."""
-    d = e - s
-    scale = max(float(e.max() - s.min()), float(d.sum()))
-    step = scale / points if scale > 0 else 1.0
-    k = np.clip(np.ceil(d / step), 1, points).astype(np.int64)
-    idx = np.repeat(np.arange(len(s)), k)
-    j = np.arange(len(idx)) - np.repeat(np.cumsum(k) - k, k)
-    x = s[idx] + (j + 0.5) * (d[idx] / k[idx])
-    return x, idx
-
-
-def _lane_traces(
-    lane: str,
-    start: np.ndarray,
-    end: np.ndarray,
-    hover: Any,
-    names: np.ndarray,
-    origin: int,
-    color: str,
-    notes: list[str],
-) -> list[dict[str, Any]]:
-    """The traces of one lane (plain dicts: plotly's per-element validation of large arrays
-    is the slow part of building a figure): the spans as thick line segments, and hover
-    markers along them."""
-    n = len(start)
-    if n == 0:
-        return []
-    if n > MAX_SPANS_PER_LANE:
-        bins = MAX_SPANS_PER_LANE // 2
-        agg = _aggregate(start, end, names, bins, origin)
-        start, end, hover = agg["start"].to_numpy(), agg["end"].to_numpy(), agg["hover"]
-        notes.append(
-            f"{lane}: {n:,} spans aggregated into {len(agg):,} time bins of "
-            f"{agg.attrs['width_ns'] / 1e3:,.3f} us"
-            f" (more than {MAX_SPANS_PER_LANE:,} spans in the lane); each bin is drawn from its "
-            "first span's start to its last span's end and its hover gives the spans, busy time "
-            "and the name with the most time; zooming does not split bins"
-        )
-    s = np.round((np.asarray(start, dtype=np.int64) - origin) / 1e3, 3)
-    e = np.round((np.asarray(end, dtype=np.int64) - origin) / 1e3, 3)
-    xs = np.empty(len(s) * 3)
-    xs[0::3], xs[1::3], xs[2::3] = s, e, np.nan
-    ys = np.full(len(xs), lane, dtype=object)
-    ys[2::3] = None
-    hx, idx = _hover_points(s, e, HOVER_POINTS_PER_LANE)
-    text = np.asarray(hover, dtype=object)[idx]
-    return [
-        {
-            "type": "scattergl",
-            "x": xs,
-            "y": ys,
-            "mode": "lines",
-            "line": {"width": 14, "color": color},
-            "hoverinfo": "skip",
-            "showlegend": False,
-            "name": lane,
-            "xaxis": "x",
-            "yaxis": "y",
-        },
-        {
-            "type": "scattergl",
-            "x": np.round(hx, 3),
-            "y": np.full(len(hx), lane, dtype=object),
-            "mode": "markers",
-            "marker": {"size": 6, "color": color, "opacity": 0.35},
-            "hovertext": text,
-            "hoverinfo": "text",
-            "showlegend": False,
-            "name": lane,
-            "xaxis": "x",
-            "yaxis": "y",
-        },
-    ]
-
-
-_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
-
-
-def _step_lines(bounds: np.ndarray, xaxis: str, yaxis: str) -> dict[str, Any]:
-    """Step boundaries as one trace of vertical segments on an overlay axis spanning 0..1."""
-    xs = np.empty(len(bounds) * 3)
-    xs[0::3], xs[1::3], xs[2::3] = bounds, bounds, np.nan
-    ys = np.empty(len(bounds) * 3)
-    ys[0::3], ys[1::3], ys[2::3] = 0.0, 1.0, np.nan
-    return {
-        "type": "scatter",
-        "x": xs,
-        "y": ys,
-        "mode": "lines",
-        "line": {"width": 1, "dash": "dot", "color": "#444"},
-        "opacity": 0.6,
-        "hoverinfo": "skip",
-        "showlegend": False,
-        "name": "step boundaries",
-        "xaxis": xaxis,
-        "yaxis": yaxis,
-    }
-
-
-def time_origin(profile: Profile) -> int:
-    """The timeline's zero (ns): the first task or host event of any rank."""
-    starts = [df["start_ns"].min() for df in (profile.tasks, profile.host_events) if len(df)]
-    return int(min(starts)) if starts else 0
-
-
-def timeline(profile: Profile) -> tuple[dict[str, Any], list[str], list[str]]:
-    """The timeline figure (plotly JSON), its lane names (top to bottom) and notes about
-    level of detail (what was aggregated or thinned out)."""
-    tasks, host, mem, steps = profile.tasks, profile.host_events, profile.memory, profile.steps
-    notes: list[str] = []
-    origin = time_origin(profile)
-    multi = len(profile.ranks) > 1
-    fig = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, row_heights=[0.75, 0.25], vertical_spacing=0.04
-    )
-    traces: list[dict[str, Any]] = []
-    lanes: list[str] = []
-    for r in profile.ranks:
-        prefix = f"rank {r} " if multi else ""
-        h = host[(host["rank"] == r) & host["kind"].isin(["op", "sync", "python", "annotation"])]
-        lane = f"{prefix}host"
-        lanes.append(lane)
-        traces += _lane_traces(
-            lane,
-            h["start_ns"].to_numpy(),
-            h["end_ns"].to_numpy(),
-            _host_hover(h) if len(h) <= MAX_SPANS_PER_LANE else None,
-            h["name"].to_numpy(),
-            origin,
-            "#7f7f7f",
-            notes,
-        )
-        t = tasks[tasks["rank"] == r]
-        for i, (sid, ts) in enumerate(t.groupby("stream_id", sort=True)):
-            lane = f"{prefix}stream {sid}"
-            lanes.append(lane)
-            traces += _lane_traces(
-                lane,
-                ts["start_ns"].to_numpy(),
-                ts["end_ns"].to_numpy(),
-                _task_hover(ts) if len(ts) <= MAX_SPANS_PER_LANE else None,
-                ts["name"].to_numpy(),
-                origin,
-                _COLORS[i % len(_COLORS)],
-                notes,
-            )
-    # step boundaries: one trace per row, on overlay axes y3 (over the lanes) and y4 (memory)
-    bounds = np.unique(np.concatenate([steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()]))
-    if len(bounds) > MAX_STEP_LINES:
-        k = math.ceil(len(bounds) / MAX_STEP_LINES)
-        notes.append(
-            f"{len(bounds):,} step boundaries: one in {k} drawn ({len(bounds[::k]):,} lines)"
-        )
-        bounds = bounds[::k]
-    if len(bounds):
-        x = np.round((bounds - origin) / 1e3, 3)
-        traces += [_step_lines(x, "x", "y3"), _step_lines(x, "x2", "y4")]
-    annotations = (
-        [
-            {
-                "x": round(((row.start_ns + row.end_ns) / 2 - origin) / 1e3, 3),
-                "y": 1.0,
-                "xref": "x",
-                "yref": "paper",
-                "text": f"step {row.step}",
-                "showarrow": False,
-                "font": {"size": 10},
-                "yanchor": "bottom",
-            }
-            for row in steps.itertuples(index=False)
-        ]
-        if 0 < len(steps) <= 50
-        else []
-    )
-    # memory
-    for r in profile.ranks:
-        m = mem[mem["rank"] == r].sort_values("time_ns")
-        if m.empty:
-            continue
-        if len(m) > MAX_MEMORY_POINTS:
-            total = len(m)
-            m = _thin_memory(m)
-            notes.append(f"memory (rank {r}): {total:,} events down-sampled to {len(m):,}")
-        x = np.round((m["time_ns"].to_numpy() - origin) / 1e3, 3)
-        for col, dash in (("allocated", None), ("reserved", "dot")):
-            traces.append(
-                {
-                    "type": "scattergl",
-                    "x": x,
-                    "y": np.round(m[col].to_numpy() / 2**20, 4),
-                    "mode": "lines",
-                    "line": {"shape": "hv", "dash": dash},
-                    "name": (f"rank {r} " if multi else "") + f"{col} MiB",
-                    "hovertemplate": "%{y:.2f} MiB at %{x:.1f} us<extra>" + col + "</extra>",
-                    "xaxis": "x2",
-                    "yaxis": "y2",
-                }
-            )
-    fig.update_yaxes(
-        categoryorder="array", categoryarray=list(reversed(lanes)), type="category", row=1, col=1
-    )
-    fig.update_yaxes(title_text="MiB", row=2, col=1)
-    fig.update_xaxes(title_text="time (us from the first event)", row=2, col=1)
-    overlay = {"range": [0, 1], "visible": False, "fixedrange": True, "showgrid": False}
-    fig.update_layout(
-        height=260 + 45 * len(lanes),
-        margin={"l": 90, "r": 20, "t": 30, "b": 40},
-        hovermode="closest",
-        dragmode="zoom",
-        legend={"orientation": "h", "y": -0.15},
-        yaxis3={**overlay, "overlaying": "y", "anchor": "x"},
-        yaxis4={**overlay, "overlaying": "y2", "anchor": "x2"},
-    )
-    out = fig.to_plotly_json()
-    out["data"] = traces
-    out["layout"]["annotations"] = annotations
-    return out, lanes, notes
-
-
-def _thin_memory(m: pd.DataFrame) -> pd.DataFrame:
-    """Memory events down-sampled to about :data:`MAX_MEMORY_POINTS` (every k-th event), the
-    peaks of allocated and reserved always kept."""
-    k = math.ceil(len(m) / MAX_MEMORY_POINTS)
-    keep = np.zeros(len(m), dtype=bool)
-    keep[::k] = True
-    keep[int(np.argmax(m["reserved"].to_numpy()))] = True
-    keep[int(np.argmax(m["allocated"].to_numpy()))] = True
-    return m[keep]
 
 
 # ---------------------------------------------------------------- other figures
@@ -703,8 +324,8 @@ def _ranks(profile: Profile, a: Any) -> dict[str, Any] | None:
     fig.update_layout(barmode="stack", yaxis_title="mean us per step", height=360)
     return {
         "figure": _fig(fig),
-        "table": _table(g),
-        "comm": _table(a.communication.get("ranks")),
+        "table": tables.table(g),
+        "comm": tables.table(a.communication.get("ranks")),
         "slow": a.communication.get("slow_rank"),
     }
 
@@ -737,6 +358,11 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
             f"{b}: {_pct(s)}" for b, s in zip(mine["bound"], mine["share_of_step"], strict=True)
         ]
     steps = profile.steps
+    cut = [
+        f"rank {r}: {m.get('status')}"
+        for r, m in profile.meta.items()
+        if str(m.get("status", "")) in ("killed", "partial", "recording_error")
+    ]
     return {
         "command": str(meta.get("command", "")),
         "device": str(meta.get("device", "")),
@@ -754,7 +380,8 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "figures": figures,
         "density": density,
         "focus_rank": rank,
-        "partial": bool(profile.partial or a.profile.get("partial")),
+        "partial": bool(profile.partial or a.profile.get("partial")) or bool(cut),
+        "cut": cut,
         "warnings": [str(w) for w in (profile.warnings or a.profile.get("warnings") or [])],
         "notes": [str(n) for n in a.profile.get("notes", [])],
         "gain_basis": str(head.get("estimated_gain_basis") or ""),
@@ -780,14 +407,25 @@ def _evidence_ops(evidence: Any, found: list[str]) -> list[str]:
     return found
 
 
-def _op_spans(profile: Profile, rank: int, names: set[str]) -> dict[str, tuple[float, float]]:
-    """Where each named op ran longest on ``rank`` (a device task by name or op type, else a
-    host event), as (start, end) in us on the timeline's axis."""
+def _op_spans(
+    profile: Profile,
+    rank: int,
+    names: set[str],
+    steps: list[int] | None = None,
+    slow: int | None = None,
+) -> dict[str, tuple[float, float, str]]:
+    """Where each named op ran longest on ``rank`` within the analysed ``steps`` (never in a
+    warm-up step the analysis left out): a device task by name or op type, else a host
+    event; as (start, end) in us on the timeline's axis and the lane it is drawn on."""
     origin = time_origin(profile)
-    spans: dict[str, tuple[float, float]] = {}
-    tables = [(profile.tasks, ("name", "op_type")), (profile.host_events, ("name",))]
-    for df, columns in tables:
+    spans: dict[str, tuple[float, float, str]] = {}
+    lanes: dict[tuple[Any, ...], Any] = {}
+    prefix = _rank_prefix(profile, rank, slow)
+    tables_ = [(profile.tasks, ("name", "op_type")), (profile.host_events, ("name",))]
+    for df, columns in tables_:
         df = df[df["rank"] == rank]
+        if steps:
+            df = df[df["step"].isin(steps)]
         for column in columns:
             hit = df[df[column].isin(names - set(spans))]
             if hit.empty:
@@ -798,8 +436,36 @@ def _op_spans(profile: Profile, rank: int, names: set[str]) -> dict[str, tuple[f
                 spans[str(name)] = (
                     round((start - origin) / 1e3, 3),
                     round((end - origin) / 1e3, 3),
+                    _lane_of(profile, df.loc[row], prefix, lanes),
                 )
     return spans
+
+
+def _lane_of(
+    profile: Profile, row: pd.Series, prefix: str, cache: dict[tuple[Any, ...], Any]
+) -> str:
+    """The name of the lane a task or host event is drawn on (without a slow-rank mark);
+    ``cache``: lane names already found (a stream's role reads all of its tasks)."""
+    from msprof_py.report.lanes import stream_role, task_queue_on, thread_roles
+
+    rank = int(row["rank"])
+    if "task_id" in row and "stream_id" in row and "event_id" not in row:
+        sid = row["stream_id"]
+        key: tuple[Any, ...] = ("stream", rank, sid)
+        if key not in cache:
+            t = profile.tasks
+            role = stream_role(t[(t["rank"] == rank) & (t["stream_id"] == sid)])
+            cache[key] = f"{prefix}stream {sid} · {role}"
+        return str(cache[key])
+    if str(row["kind"]) == "launch":
+        queue = task_queue_on(profile.meta.get(rank, {}))
+        return prefix + ("task-queue stage 2" if queue else "launches")
+    key = ("threads", rank)
+    if key not in cache:
+        h = profile.host_events
+        cache[key] = thread_roles(h[h["rank"] == rank])
+    roles: dict[int, str] = cache[key]
+    return prefix + roles.get(int(row["thread"]), "")
 
 
 def _findings(a: Any, profile: Profile) -> list[dict[str, Any]]:
@@ -807,13 +473,15 @@ def _findings(a: Any, profile: Profile) -> list[dict[str, Any]]:
     named = {f.rule: _evidence_ops(f.to_dict().get("evidence"), [])[:MAX_OP_LINKS] for f in fired}
     rank = a.profile.get("focus_rank", profile.ranks[0] if profile.ranks else 0)
     every = {n for names in named.values() for n in names}
-    spans = _op_spans(profile, rank, every) if every else {}
+    analysed = [int(x) for x in a.profile.get("steps_analysed") or []]
+    slow = ((getattr(a, "communication", None) or {}).get("slow_rank") or {}).get("slow_rank")
+    spans = _op_spans(profile, rank, every, analysed, slow) if every else {}
     out = []
     for f in fired:
         d = f.to_dict()
         gain = d.get("estimated_gain_us")
         ops = [
-            {"name": n, "start": spans[n][0], "end": spans[n][1]}
+            {"name": n, "start": spans[n][0], "end": spans[n][1], "lane": spans[n][2]}
             for n in named[f.rule]
             if n in spans
         ]
@@ -825,7 +493,7 @@ def _findings(a: Any, profile: Profile) -> list[dict[str, Any]]:
                 "area": d.get("area", ""),
                 "message": d.get("message", ""),
                 "advice": d.get("advice", ""),
-                "evidence": json.dumps(d.get("evidence"), indent=2, default=str),
+                "evidence": tables.evidence(d.get("evidence")),
                 "gain": "-" if gain is None else f"{gain:,.1f} us/step",
                 "gain_model": d.get("gain_model") or "",
                 "gain_basis": d.get("gain_basis") or "",
@@ -834,6 +502,74 @@ def _findings(a: Any, profile: Profile) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+#: the step table's columns: the step's parts, then the host side
+_STEP_TABLE = [
+    "rank",
+    "step",
+    "step_ns",
+    "computing_ns",
+    "comm_not_overlapped_ns",
+    "free_ns",
+    "idle_dispatch_ns",
+    "idle_sync_ns",
+    "idle_data_loading_ns",
+    "idle_other_ns",
+    "idle_copy_ns",
+    "utilisation",
+    "host_step_ns",
+]
+_DENSITY_TABLE = [
+    "rank",
+    "op_type",
+    "name",
+    "input_shapes",
+    "task_type",
+    "count",
+    "total_ns",
+    "flops",
+    "bytes",
+    "intensity",
+    "achieved_tflops",
+    "peak_tflops",
+    "utilisation",
+    "bound",
+]
+_OP_KEYS_JOIN = ["rank", "name", "op_type", "task_type", "input_shapes", "input_dtypes"]
+_OPERATOR_COLUMNS = [
+    "rank",
+    "op_type",
+    "name",
+    "input_shapes",
+    "input_dtypes",
+    "task_type",
+    "count",
+    "total_ns",
+    "mean_ns",
+    "max_ns",
+    "share_of_step",
+    "bound",
+]
+
+
+def _operators(a: Any) -> pd.DataFrame:
+    """The operator view (as MindStudio Insight's): type, name, shapes, unit, count,
+    total/avg/max, share of step and what bounds it (from the roofline analysis)."""
+    ops = a.top_ops["by_name"]
+    density = a.compute_density.get("ops")
+    if density is not None and len(density) and "bound" in density:
+        keys = [k for k in _OP_KEYS_JOIN if k in ops and k in density]
+        bound = density[[*keys, "bound"]].drop_duplicates(keys)
+        ops = ops.merge(bound, on=keys, how="left")
+    return ops[[c for c in _OPERATOR_COLUMNS if c in ops]]
+
+
+def _script() -> str:
+    """The page's own script (timeline interaction, sortable tables)."""
+    from importlib.resources import files
+
+    return (files("msprof_py") / "report_templates" / "report.js").read_text(encoding="utf-8")
 
 
 def _environment() -> jinja2.Environment:
@@ -847,7 +583,7 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
 
     a = analysis if analysis is not None else analyze(profile)
     rank = a.profile.get("focus_rank", profile.ranks[0])
-    tl, lanes, notes = timeline(profile)
+    tl, lanes, notes, store = timeline(profile, a)
     roof, roof_note = _roofline(a, profile.meta.get(rank, {}))
     mem = _memory(profile, a)
     steps, steps_note = _steps(a)
@@ -855,6 +591,7 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
     context = {
         "header": _header(profile, a),
         "plotlyjs": plotly.offline.get_plotlyjs(),
+        "script": _script(),
         "figures": {
             "timeline": _json(tl),
             "top_ops": _fig(_top_ops(a)),
@@ -864,20 +601,20 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
         },
         "lanes": lanes,
         "lanes_json": _json(lanes),
+        "store_json": _json(store),
         "timeline_notes": notes,
         "steps_note": steps_note,
         "roof_note": roof_note,
-        "top_by_name": _table(a.top_ops["by_name"], limit=TOP_N * 2),
-        "top_by_type": _table(a.top_ops["by_type"], limit=TOP_N * 2),
-        "op_statistic": _table(a.op_statistic, limit=40),
-        "steps_table": _table(a.step_breakdown["steps"]),
-        "idle": _table(a.step_breakdown.get("idle")),
-        "gaps": _table(a.step_breakdown.get("gaps"), limit=20),
-        "copy_summary": _table(pd.DataFrame(copy.get("summary") or [])),
-        "copy_direction": _table(copy.get("by_direction")),
-        "density_ops": _table(a.compute_density["ops"], limit=30),
-        "memory_summary": _table(pd.DataFrame(a.memory.get("summary") or [])),
-        "memory_steps": _table(a.memory.get("steps")),
+        "operators": tables.table(_operators(a), limit=TOP_N * 2),
+        "top_by_type": tables.table(a.top_ops["by_type"], limit=TOP_N * 2),
+        "steps_table": tables.table(a.step_breakdown["steps"], columns=_STEP_TABLE),
+        "idle": tables.table(a.step_breakdown.get("idle")),
+        "gaps": tables.table(a.step_breakdown.get("gaps"), limit=20),
+        "copy_summary": tables.table(pd.DataFrame(copy.get("summary") or [])),
+        "copy_direction": tables.table(copy.get("by_direction")),
+        "density_ops": tables.table(a.compute_density["ops"], columns=_DENSITY_TABLE, limit=30),
+        "memory_summary": tables.table(pd.DataFrame(a.memory.get("summary") or [])),
+        "memory_steps": tables.table(a.memory.get("steps")),
         "findings": _findings(a, profile),
         "ranks": _ranks(profile, a),
     }

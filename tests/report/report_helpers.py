@@ -4,8 +4,10 @@ headless Chromium with the network blocked."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +164,17 @@ def one_rank_meta(command: str) -> dict[int, dict]:
     }
 
 
+def typed_array(spec: Any) -> np.ndarray:
+    """A data array of the report: a base64 typed array (``{"dtype", "bdata"}``, zlib'd when
+    ``z`` is set) decoded, or a plain list as an array."""
+    if not isinstance(spec, dict):
+        return np.asarray(spec)
+    raw = base64.b64decode(spec["bdata"])
+    if spec.get("z"):
+        raw = zlib.decompress(raw)
+    return np.frombuffer(raw, dtype="<" + spec["dtype"])
+
+
 def _label(page: Any) -> str | None:
     """The timeline's hover label, if one shows within 5 s."""
     label = page.locator("#fig-timeline .hoverlayer .hovertext")
@@ -221,13 +234,17 @@ def open_report(
                 )
             )
             out["load_ms"] = float(nav["loadEventEnd"])
+            # the labels' first draw (after load): hover and clicks after it
+            page.wait_for_function(
+                "() => window.msprofTimeline && window.msprofTimeline.drawn", timeout=timeout_ms
+            )
             out["notes"] = page.locator("#timeline p.note").all_inner_texts()
             out["page"] = page.evaluate(
                 """() => {
                   const gd = document.getElementById('fig-timeline');
                   const shown = (el) => el.offsetParent !== null;
                   return {traces: gd.data.length, gl: gd.querySelectorAll('canvas').length,
-                          lanes: gd.layout.yaxis.categoryarray,
+                          lanes: gd.layout.yaxis.ticktext,
                           sections: [...document.querySelectorAll('section')]
                             .filter(shown).map((s) => s.id),
                           figures: [...document.querySelectorAll('.fig')]
@@ -256,8 +273,8 @@ def open_report(
                       const gd = document.getElementById('fig-timeline');
                       const r = gd.getBoundingClientRect();
                       const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-                      return [r.left + xa._offset + xa.l2p(x),
-                              r.top + ya._offset + ya.l2p(ya.d2l(lane))];
+                      const y = gd.layout.yaxis.ticktext.indexOf(lane);
+                      return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
                     }""",
                     [s + d / 8, lane],
                 )

@@ -11,10 +11,13 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from report_helpers import synthetic_profile
+from report_helpers import synthetic_profile, typed_array
 
-from msprof_py.report import build, write_report
-from msprof_py.report.build import _aggregate, _hover_points, _lane_traces, _step_groups, _steps
+from msprof_py.report import timeline as build
+from msprof_py.report import write_report
+from msprof_py.report.build import _step_groups, _steps
+from msprof_py.report.lanes import UNIT_COLORS
+from msprof_py.report.timeline import Lane, _aggregate, _hover_points, _lane_traces, typed
 
 
 def _spans(rows: list[tuple[int, int, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,10 +45,6 @@ def test_aggregate_by_hand() -> None:
         {"start": 30, "end": 35, "spans": 1, "span_ns": 5, "busy_ns": 5, "top": "d"},
         {"start": 90, "end": 100, "spans": 1, "span_ns": 10, "busy_ns": 10, "top": "e"},
     ]
-    assert agg["hover"][0] == (
-        "<b>3 spans aggregated</b><br>0.0 us to 0.0 us<br>busy: 0.0 us (90% of the bin)"
-        "<br>span time: 0.0 us<br>most time: a"
-    )
 
 
 def test_aggregate_span_reaching_past_its_bin() -> None:
@@ -61,14 +60,13 @@ def test_aggregate_span_reaching_past_its_bin() -> None:
     ]
 
 
-def test_aggregate_ties_and_escaping() -> None:
-    # equal time: the name seen first in the lane wins; names are escaped in the hover text
+def test_aggregate_ties_and_missing_names() -> None:
+    # equal time: the name seen first in the lane wins; a missing name is the empty string
     start, end, names = _spans([(0, 4, "<b>first</b>"), (4, 8, "second"), (8, 9, None)])
     agg = _aggregate(start, end, names, bins=1)
     assert agg["top"].tolist() == ["<b>first</b>"]
-    assert "most time: &lt;b&gt;first&lt;/b&gt;" in agg["hover"][0]
-    assert "<b>first" not in agg["hover"][0]
-    assert "(100% of the bin)" in agg["hover"][0]
+    start, end, names = _spans([(0, 9, None), (9, 10, "short")])
+    assert _aggregate(start, end, names, bins=1)["top"].tolist() == [""]
 
 
 def test_aggregate_zero_length_spans_and_one_bin_per_ns() -> None:
@@ -77,7 +75,6 @@ def test_aggregate_zero_length_spans_and_one_bin_per_ns() -> None:
     assert agg.attrs["width_ns"] == 1
     assert agg["spans"].tolist() == [2, 1]
     assert agg["busy_ns"].tolist() == [0, 0]
-    assert "(100% of the bin)" in agg["hover"][0]
 
 
 def _union(s: np.ndarray, e: np.ndarray) -> int:
@@ -151,23 +148,158 @@ def test_hover_points_bounded() -> None:
     assert ((x >= s[idx]) & (x <= e[idx])).all()
 
 
-def test_lane_traces_aggregate_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def _lane(start: np.ndarray, end: np.ndarray, units: list[str]) -> Lane:
+    spans = pd.DataFrame(
+        {
+            "start_ns": start,
+            "end_ns": end,
+            "name": "k",
+            "unit": units,
+            "id": np.arange(len(start)),
+            "op": -1,
+        }
+    )
+    source = pd.DataFrame({"name": "k", "op_type": "Add", "task_type": "AI_CORE", **spans})
+    for col in ("input_shapes", "input_dtypes", "input_formats"):
+        source[col] = ""
+        source[col.replace("input", "output")] = ""
+    source["flops"], source["bytes"] = 1.0, 2
+    lane = Lane("stream 3 · compute", 0, "stream", spans)
+    lane.extra["source"] = source
+    return lane
+
+
+def test_typed_arrays() -> None:
+    # the smallest unsigned type that holds the values; floats and negatives as f8
+    assert typed([0, 255])["dtype"] == "u1" and typed([256])["dtype"] == "u2"
+    assert typed([2**16])["dtype"] == "u4" and typed([2**32])["dtype"] == "f8"
+    assert typed([-1])["dtype"] == "f8" and typed([0.5])["dtype"] == "f8"
+    for values, dtype, z in (([3, 1, 2], None, False), ([1.5, np.nan], "f8", True)):
+        spec = typed(values, dtype, compress=z)
+        assert ("z" in spec) == z
+        np.testing.assert_array_equal(typed_array(spec), np.asarray(values, dtype=float))
+
+
+def test_bin_lane_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "MAX_SPANS_PER_LANE", 100)
-    monkeypatch.setattr(build, "HOVER_POINTS_PER_LANE", 50)  # one point per 3 us: per bin
     start = np.arange(0, 150_000, 1_000, dtype=np.int64)  # 150 spans of 999 ns
     end = start + 999  # range 0..149,999: 50 bins of 3,000 ns
-    names = np.array(["k"] * len(start), dtype=object)
     notes: list[str] = []
-    lines, markers = _lane_traces("stream 3", start, end, None, names, 0, "#000", notes)
+    codes = build._Codes()
+    legend: set[str] = set()
+    entry = build._bin_lane(_lane(start, end, ["cube"] * 150), 4, 1_000, legend, codes, notes)
     assert len(notes) == 1
-    assert notes[0].startswith("stream 3: 150 spans aggregated into 50 time bins of 3.000 us")
-    assert len(lines["x"]) == 3 * 50  # start, end, gap per bin
-    assert len(markers["x"]) == 50 and all("3 spans aggregated" in t for t in markers["hovertext"])
-    # under the limit: one segment and one hover point per span, no note
-    lines, markers = _lane_traces(
-        "stream 3", start[:100], end[:100], ["h"] * 100, names, 0, "#000", notes
+    assert notes[0].startswith(
+        "stream 3 · compute: 150 spans aggregated into 50 time bins (per unit) of up to 3.000 us"
     )
-    assert len(notes) == 1 and len(lines["x"]) == 300 and len(markers["x"]) == 100
+    assert entry["lane"] == 4 and legend == {"cube"}
+    (unit,) = entry["units"]
+    assert (unit["unit"], unit["color"], unit["legend"]) == ("cube", UNIT_COLORS["cube"], True)
+    cols = {k: typed_array(unit[k]) for k in ("s", "e", "c", "busy", "span", "top")}
+    # bin i: spans 3i..3i+2, from 3i us to 3i + 2.999 us, less the 1 us origin
+    i = np.arange(50)
+    np.testing.assert_allclose(cols["s"], 3 * i - 1.0)
+    np.testing.assert_allclose(cols["e"], 3 * i + 2 - 1.0 + 0.999)
+    assert cols["c"].tolist() == [3] * 50
+    np.testing.assert_allclose(cols["busy"], 3 * 0.999, rtol=1e-6)
+    np.testing.assert_allclose(cols["span"], 3 * 0.999, rtol=1e-6)
+    assert {list(codes.table)[c] for c in cols["top"]} == {"k"}
+    # a second binned lane of the same unit: no second legend entry
+    again = build._bin_lane(_lane(start, end, ["cube"] * 150), 3, 0, legend, codes, notes)
+    assert not again["units"][0]["legend"]
+
+
+def test_lane_traces_span_by_span() -> None:
+    # one segment and hover points per span, per unit a colour, one legend entry per unit
+    # across lanes, each hover point carrying its span's global index; y: the lane's number
+    start = np.arange(0, 100_000, 1_000, dtype=np.int64)
+    end = start + 999
+    units = ["cube", "vector"] * 50
+    legend: set[str] = set()
+    lane = _lane(start, end, units)
+    lane.offset = 1_000
+    traces = _lane_traces(lane, 2, 0, legend)
+    assert len(traces) == 4
+    cube, cube_markers, vector, _ = traces
+    assert (cube["name"], vector["name"]) == ("cube", "vector") and legend == {"cube", "vector"}
+    assert cube["line"]["color"] == UNIT_COLORS["cube"] != vector["line"]["color"]
+    assert cube["showlegend"] and vector["showlegend"]
+    x = typed_array(cube["x"])
+    assert len(x) == 150 and np.isnan(x[2::3]).all()
+    np.testing.assert_allclose(x[0::3], start[::2] / 1e3)
+    assert set(typed_array(cube["y"]).tolist()) == {2}
+    ids = set(typed_array(cube_markers["customdata"]).tolist())
+    assert ids == set(range(1_000, 1_100, 2))
+    assert all("<b>k</b> (Add)" in t for t in cube_markers["hovertext"])
+    again = _lane_traces(_lane(start, end, units), 1, 0, legend)
+    assert not any(t["showlegend"] for t in again)
+
+
+def _decode_chunks(chunks: list[dict], names: list[str]) -> pd.DataFrame:
+    rows = []
+    for c in chunks:
+        ds, d = typed_array(c["ds"]), typed_array(c["d"])
+        s = c["t0"] + np.cumsum(ds.astype(np.int64))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "start": s,
+                    "end": s + d.astype(np.int64),
+                    "name": [names[k] for k in typed_array(c["nm"])],
+                    "unit": [names[k] for k in typed_array(c["u"])],
+                }
+            )
+        )
+        assert c["n"] == len(s) and c["a"] == s[0] / 1e3 and c["b"] == (s + d).max() / 1e3
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_detail_chunks_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binned lane's spans come back from its compressed chunks exactly, in time order."""
+    monkeypatch.setattr(build, "DETAIL_CHUNK", 7)
+    rng = np.random.default_rng(5)
+    start = rng.integers(1_000, 10_000_000, 50)  # out of order, overlapping
+    end = start + rng.integers(0, 3_000_000, 50)
+    units = rng.choice(["cube", "vector", "DMA H2D"], 50).tolist()
+    lane = _lane(start, end, units)
+    lane.spans["name"] = rng.choice(["mm", "add", None], 50)
+    codes = build._Codes()
+    chunks = build._detail_chunks(lane, 1_000, codes)
+    assert [c["n"] for c in chunks] == [7] * 7 + [1]
+    got = _decode_chunks(chunks, list(codes.table))
+    order = np.argsort(start, kind="stable")
+    assert got["start"].tolist() == (start[order] - 1_000).tolist()
+    assert got["end"].tolist() == (end[order] - 1_000).tolist()
+    assert got["unit"].tolist() == np.asarray(units)[order].tolist()
+    want = lane.spans["name"].fillna("").to_numpy()[order]
+    assert got["name"].tolist() == want.tolist()
+
+
+def test_detail_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Detail chunks are taken over the binned lanes in time order while the budget lasts;
+    each lane says where its embedded detail ends."""
+    monkeypatch.setattr(build, "DETAIL_CHUNK", 10)
+    rng = np.random.default_rng(9)
+    lanes = []
+    for k in range(2):
+        start = np.sort(rng.integers(0, 1_000_000, 100)) + k * 500  # noise: compresses badly
+        lanes.append((_lane(start, start + rng.integers(1, 900, 100), ["cube"] * 100), {}))
+    codes = build._Codes()
+    sizes = [build._chunk_chars(c) for c in build._detail_chunks(lanes[0][0], 0, codes)]
+    monkeypatch.setattr(build, "DETAIL_BYTES", int(sum(sizes) * 0.9))  # about 9 of 20 chunks
+    notes: list[str] = []
+    build._detail(lanes, 0, codes, notes)
+    kept = [len(entry["chunks"]) for _, entry in lanes]
+    assert 0 < sum(kept) < 20 and abs(kept[0] - kept[1]) <= 1  # in time order: both lanes
+    for _, entry in lanes:
+        assert all(c["a"] < entry["until"] for c in entry["chunks"])
+    assert len(notes) == 1 and notes[0].startswith("detail of the aggregated lanes embedded up to")
+    monkeypatch.setattr(build, "DETAIL_BYTES", 10**9)
+    notes.clear()
+    build._detail(lanes, 0, codes, notes)
+    assert [len(entry["chunks"]) for _, entry in lanes] == [10, 10]
+    assert all("until" not in entry for _, entry in lanes)
+    assert notes[0].startswith("zoomed in to at most 20,000 spans in view")
 
 
 def test_step_groups() -> None:
@@ -199,14 +331,20 @@ def test_large_report_says_what_was_aggregated(tmp_path: Path) -> None:
     out = write_report(profile, tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     notes = re.findall(r'<p class="note">Level of detail: (.*?)</p>', text)
-    assert any(n.startswith("host: 120,000 spans aggregated into ") for n in notes)
-    assert any(n.startswith("stream 0: 96,000 spans aggregated into ") for n in notes)
-    assert any(n.startswith("stream 1: 24,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("main thread: 120,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("launches: 120,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 0 · compute: 96,000 spans aggregated into ") for n in notes)
+    assert any(n.startswith("stream 1 · copy: 24,000 spans aggregated into ") for n in notes)
     assert "601 step boundaries: one in 2 drawn (301 lines)" in notes
     # step 0 is left out as warm-up
     assert "599 steps: each bar is the mean of 2 consecutive steps (300 bars)" in notes
     assert "(analysed 599 steps: 1-599, warm-up skipped 0)" in text  # not 599 numbers
-    fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
-    spans = [t for t in fig["data"] if t.get("mode") == "lines" and t["type"] == "scattergl"]
-    assert all(len(t["x"]) <= 3 * build.MAX_SPANS_PER_LANE // 2 for t in spans)
-    assert out.stat().st_size < 15 * 2**20
+    store = json.loads(re.search(r'id="timeline-store">(.*?)</script>', text, re.S).group(1))
+    assert [b["lane"] for b in store["binned"]] == [3, 2, 1, 0]  # every lane, top first
+    bins = [len(typed_array(u["s"])) for b in store["binned"] for u in b["units"]]
+    assert sum(bins) <= build.TOTAL_BINS
+    # every span of the binned lanes is embedded (the profile repeats: it compresses well)
+    spans = sum(c["n"] for b in store["binned"] for c in b["chunks"])
+    assert spans == 120_000 + 120_000 + 96_000 + 24_000
+    assert "zoomed in to at most 20,000 spans in view, the aggregated lanes are drawn" in text
+    assert out.stat().st_size < 8 * 2**20
