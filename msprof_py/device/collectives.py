@@ -34,6 +34,7 @@ scatter costs what an all-gather does:
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from msprof_py.device.spec import HcclSpec
@@ -149,10 +150,8 @@ def server_phases(
 
     One HCCS group: the intra-server algorithm, flat. Several groups (an 8-chip 910A is two
     4-chip meshes joined over PCIe): the same hierarchy as across servers, one level down -
-    all-reduce = group reduce-scatter(n) -> PCIe all-reduce(n/m) -> group all-gather(n),
-    all-gather = PCIe all-gather(n/m) -> group all-gather(n), reduce-scatter = group
-    reduce-scatter(n) -> PCIe reduce-scatter(n/m), broadcast = PCIe broadcast(n) -> group
-    broadcast(n) (``m = mesh_size``; a ring between the groups).
+    :func:`two_level` with the groups inside and PCIe between them (``m = mesh_size``; a ring
+    between the groups).
     """
     alg = Algorithm.parse(hccl.intra_algorithm)
     link = link_params(hccl, inter=False)
@@ -169,20 +168,36 @@ def server_phases(
         seconds = collective_seconds(phase_op, Algorithm.RING, groups, size, pcie)
         return f"inter-group {phase_op.label} (ring, PCIe)", seconds
 
-    shard = n_bytes / m
+    return f"grouped({alg}+ring)", two_level(op, n_bytes, m, group, across)
+
+
+Phase = tuple[str, float]
+
+
+def two_level(
+    op: CollectiveOp,
+    n_bytes: float,
+    inner_ranks: int,
+    inner: Callable[[CollectiveOp], Phase],
+    outer: Callable[[CollectiveOp, float], Phase],
+) -> list[Phase]:
+    """The phases of ``op`` over groups of ``inner_ranks`` ranks (``inner``: a phase inside
+    every group on the whole ``n_bytes``; ``outer``: a phase between the groups on a size):
+    all-reduce = inner reduce-scatter -> outer all-reduce(n/inner_ranks) -> inner all-gather,
+    all-gather = outer all-gather(shard) -> inner all-gather, reduce-scatter = inner
+    reduce-scatter -> outer reduce-scatter(shard), broadcast = outer -> inner broadcast."""
+    shard = n_bytes / inner_ranks
     if op is CollectiveOp.ALL_REDUCE:
-        steps = [
-            group(CollectiveOp.REDUCE_SCATTER),
-            across(CollectiveOp.ALL_REDUCE, shard),
-            group(CollectiveOp.ALL_GATHER),
+        return [
+            inner(CollectiveOp.REDUCE_SCATTER),
+            outer(CollectiveOp.ALL_REDUCE, shard),
+            inner(CollectiveOp.ALL_GATHER),
         ]
-    elif op is CollectiveOp.ALL_GATHER:
-        steps = [across(CollectiveOp.ALL_GATHER, shard), group(CollectiveOp.ALL_GATHER)]
-    elif op is CollectiveOp.REDUCE_SCATTER:
-        steps = [group(CollectiveOp.REDUCE_SCATTER), across(CollectiveOp.REDUCE_SCATTER, shard)]
-    else:
-        steps = [across(CollectiveOp.BROADCAST, n_bytes), group(CollectiveOp.BROADCAST)]
-    return f"grouped({alg}+ring)", steps
+    if op is CollectiveOp.ALL_GATHER:
+        return [outer(CollectiveOp.ALL_GATHER, shard), inner(CollectiveOp.ALL_GATHER)]
+    if op is CollectiveOp.REDUCE_SCATTER:
+        return [inner(CollectiveOp.REDUCE_SCATTER), outer(CollectiveOp.REDUCE_SCATTER, shard)]
+    return [outer(CollectiveOp.BROADCAST, n_bytes), inner(CollectiveOp.BROADCAST)]
 
 
 def _steps(algorithm: Algorithm, p: int) -> int:
@@ -325,19 +340,7 @@ def collective_cost(
             seconds = collective_seconds(phase_op, inter_alg, servers, size, inter_link)
             return f"inter {phase_op.label} ({inter_alg})", seconds
 
-        shard = n_bytes / local
-        if op is CollectiveOp.ALL_REDUCE:
-            steps = [
-                intra(CollectiveOp.REDUCE_SCATTER),
-                across(CollectiveOp.ALL_REDUCE, shard),
-                intra(CollectiveOp.ALL_GATHER),
-            ]
-        elif op is CollectiveOp.ALL_GATHER:
-            steps = [across(CollectiveOp.ALL_GATHER, shard), intra(CollectiveOp.ALL_GATHER)]
-        elif op is CollectiveOp.REDUCE_SCATTER:
-            steps = [intra(CollectiveOp.REDUCE_SCATTER), across(CollectiveOp.REDUCE_SCATTER, shard)]
-        else:
-            steps = [across(CollectiveOp.BROADCAST, n_bytes), intra(CollectiveOp.BROADCAST)]
+        steps = two_level(op, n_bytes, local, intra, across)
 
     # Round cumulative time so the phases add up exactly to round(total seconds * 1e9).
     phases: list[tuple[str, int]] = []
