@@ -46,6 +46,8 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
+import tempfile
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -106,24 +108,62 @@ _KINDS = {
 _AVG = dist.ReduceOp.AVG
 
 
-class NpuDdpLogger:
-    """DDP's C++ logger for a module on the npu, less its runtime-stats call.
+#: what DDP's C++ logger prints once for a device without a registered timer
+TIME_STATS_WARNING = "Time stats are currently only collected for CPU and CUDA devices"
+#: logger calls whose stderr is screened for that line before it is known to be printed
+_SCREENED_CALLS = 32
 
-    Every DDP forward asks the logger to time the iteration with a device timer; only CPU and
-    CUDA register one (a C++ registry without a Python API), so for any other device the
-    logger notes the unused parameters and rebuilt buckets, then prints "Time stats are
-    currently only collected for CPU and CUDA devices" on stderr (c10 logging, past Python's
-    warning filters). On the npu that call is skipped: the iteration's times are on the
-    profile's timeline. Everything else goes to the real logger (:attr:`logger`)."""
+
+class NpuDdpLogger:
+    """DDP's C++ logger for a module on the npu, without its one timer warning.
+
+    Every DDP forward calls ``set_runtime_stats_and_log``: it records the unused parameters
+    and rebuilt buckets (``_get_ddp_logging_data()``), then, for a device without a timer
+    (only CPU and CUDA register one, in a C++ registry without a Python API), prints "Time
+    stats are currently only collected for CPU and CUDA devices" once, on stderr through c10
+    logging, past Python's warning filters. The call runs as it is, with stderr screened for
+    exactly that line until it has been printed (every other line passes through); later calls
+    go straight to the logger. Everything else goes to the real logger (:attr:`logger`)."""
+
+    _warned = False
+    _screened = 0
 
     def __init__(self, logger: Any) -> None:
         self.logger = logger
 
     def set_runtime_stats_and_log(self) -> None:
-        """Skipped on the npu (see the class)."""
+        """The logger's own call, screened for the timer warning (see the class)."""
+        cls = NpuDdpLogger
+        if cls._warned or cls._screened >= _SCREENED_CALLS:
+            self.logger.set_runtime_stats_and_log()
+            return
+        cls._screened += 1
+        printed = _stderr_of(self.logger.set_runtime_stats_and_log)
+        kept = [
+            line for line in printed.splitlines(keepends=True) if TIME_STATS_WARNING not in line
+        ]
+        if len(kept) < len(printed.splitlines()):
+            cls._warned = True
+        if kept:
+            os.write(2, "".join(kept).encode(errors="replace"))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.logger, name)
+
+
+def _stderr_of(call: Callable[[], Any]) -> str:
+    """Run ``call`` with file descriptor 2 sent to a temporary file; return what it wrote."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as capture:
+        saved = os.dup(2)
+        try:
+            os.dup2(capture.fileno(), 2)
+            call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        return capture.read().decode(errors="replace")
 
 
 def _quiet_ddp_logger() -> None:

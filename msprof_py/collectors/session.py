@@ -114,6 +114,12 @@ def _rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
+#: ``os._exit`` before the session wraps it (the SIGTERM watchdog exits with it)
+_real_exit = os._exit
+#: seconds a script has to end on SIGTERM before the session ends it (the profile saved first)
+SIGTERM_GRACE_S = 10.0
+
+
 class Session:
     """Records this process into ``<output>/<run dir>/msprof_raw``."""
 
@@ -278,9 +284,16 @@ class Session:
             # the interpreter no longer does once a KeyboardInterrupt crossed torch's C++ frames
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
+        if self.status == "terminated" and self.pid == os.getpid():
+            # killed by SIGTERM as the script would be without msprof (status 143), even where
+            # the SystemExit became another exception on its way out through torch's frames
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def _excepthook(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if isinstance(value, adapter.NpuOutOfMemory):
+        if self.status == "terminated":
+            pass  # the SIGTERM's SystemExit, seen as whatever it became on its way out
+        elif isinstance(value, adapter.NpuOutOfMemory):
             self.status = "oom"
         elif isinstance(value, KeyboardInterrupt):
             self.status = "interrupted"
@@ -304,7 +317,21 @@ class Session:
         self.status = "terminated"
         if orphans.orphaned(self._launcher_pid):  # msprof died: its grandchildren stop too
             orphans.terminate_children(signum)
+        # the SystemExit can land where Python swallows it (a __del__, a callback): if the
+        # script still runs after a while, save the profile and end it from another thread
+        watchdog = threading.Timer(SIGTERM_GRACE_S, self._terminate_now, args=(signum,))
+        watchdog.daemon = True
+        watchdog.start()
         raise SystemExit(128 + signum)
+
+    def _terminate_now(self, signum: int) -> None:
+        """The script did not end on its SIGTERM: save the profile, exit as killed by it
+        (nothing to do when its exit is under way: the profile is being saved)."""
+        if self._stopped:
+            return
+        with contextlib.suppress(Exception):
+            self.stop("terminated")
+        _real_exit(128 + signum)
 
     def _disable_in_child(self) -> None:
         self._stopped = True

@@ -11,18 +11,10 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+from msprof_py.units import human_bytes
+
 #: about what a trace viewer opens well (uncompressed JSON)
 VIEWER_LIMIT_BYTES = 500 * 1024 * 1024
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-
-
-def human_bytes(n: float) -> str:
-    """``512 B``, ``1.5 KiB``, ``1,024.0 MiB``... (binary units, one decimal)."""
-    value, unit = float(n), 0
-    while abs(value) >= 1024 and unit < len(_UNITS) - 1:
-        value /= 1024
-        unit += 1
-    return f"{int(value):,} B" if unit == 0 else f"{value:,.1f} {_UNITS[unit]}"
 
 
 def json_size(path: Path) -> int:

@@ -7,12 +7,12 @@ import math
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from msprof_py.exporters.sizes import human_bytes
 from msprof_py.gates.check import Check
 from msprof_py.gates.diff import SAME, Diff
 from msprof_py.gates.gate import GateResult
 from msprof_py.gates.numbers import with_unit
 from msprof_py.safe_text import cell, markdown_code, markdown_text, visible, xml_text
+from msprof_py.units import human_bytes
 
 #: GitHub's limit for one step's job summary
 MARKDOWN_LIMIT = 1024 * 1024

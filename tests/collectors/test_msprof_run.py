@@ -162,8 +162,8 @@ def test_sigint_sent_to_msprof_alone_is_forwarded_like_ctrl_c(tmp_path: Path) ->
 def test_sigterm_keeps_the_profile(tmp_path: Path) -> None:
     child = _training_until_ready(tmp_path)
     child.send_signal(signal.SIGTERM)  # msprof forwards it to the script
-    child.communicate(timeout=120)
-    assert child.returncode == 128 + signal.SIGTERM
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 128 + signal.SIGTERM, err[-3000:]
     profile = msprof_py.load(_run_folder(tmp_path / "out"))
     assert profile.meta[0]["status"] == "terminated"
     assert len(profile.steps) >= 3

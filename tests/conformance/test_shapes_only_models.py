@@ -62,6 +62,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow  # shapes-only optimizers, GradScaler and DDP run by default in tests/adapter
 def test_models_train_shapes_only() -> None:
     here = str(Path(__file__).parent)
     result = subprocess.run(

@@ -27,6 +27,7 @@ def msprof_analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow  # the compute-split test below runs the advisor on two samples by default
 def test_advisor_reads_a_single_card_run(recorded_run: Path, tmp_path: Path) -> None:
     proc = msprof_analyze(
         "advisor", "all", "-d", str(recorded_run), "-l", "en", "--agent", cwd=tmp_path
@@ -42,6 +43,8 @@ def test_advisor_reads_a_single_card_run(recorded_run: Path, tmp_path: Path) -> 
     assert "Block Dim Issues" in problems  # reads Block Dim and info.json's ai_core_num
 
 
+# slow: records two ranks (the cluster exports: tests/exporters/test_export_communication.py)
+@pytest.mark.slow
 def test_cluster_step_trace_time_of_two_ranks(cluster_runs: Path, tmp_path: Path) -> None:
     msprof_analyze("cluster", "-d", str(cluster_runs), "-m", "all", "-o", str(tmp_path),
                    cwd=tmp_path)  # fmt: skip

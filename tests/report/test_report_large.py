@@ -17,6 +17,8 @@ SIZE_MB = 50
 OPEN_MS = 30_000
 
 
+# slow: the 1M-task report is measured by benchmarks/bench_report.py; this checks it opens
+@pytest.mark.slow
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} missing (apt: chromium)")
 def test_million_task_report_opens(tmp_path: Path) -> None:
     pytest.importorskip("playwright.sync_api", reason="pip package playwright missing")
