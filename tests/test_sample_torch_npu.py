@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import msprof_py.adapter
 from msprof_py.device import TaskLog, TaskType
 
@@ -14,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "sample_runs"))
 
 
+@pytest.mark.slow  # AMP and GradScaler numerics run by default in tests/adapter
 def test_amp_sample_trains_in_bf16_with_a_grad_scaler() -> None:
     npu = msprof_py.adapter.install()
     import train_amp

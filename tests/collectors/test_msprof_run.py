@@ -73,6 +73,7 @@ def test_profiles_a_training_script(tmp_path: Path) -> None:
     assert (ops["module"].str.contains("Sequential/Linear")).any()
 
 
+@pytest.mark.slow  # two runs; --application parsing has unit tests
 def test_application_option_and_second_run_gets_a_new_folder(tmp_path: Path) -> None:
     script = _script(tmp_path, TRAIN.format(steps=1))
     for _ in range(2):
@@ -84,12 +85,19 @@ def test_application_option_and_second_run_gets_a_new_folder(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("body", "code", "status"),
     [
-        ("import sys\n" + TRAIN.format(steps=2) + "sys.exit(3)\n", 3, "completed"),
+        # slow: one exit path runs by default (the exit handlers are shared)
+        pytest.param(
+            "import sys\n" + TRAIN.format(steps=2) + "sys.exit(3)\n",
+            3,
+            "completed",
+            marks=pytest.mark.slow,
+        ),
         (TRAIN.format(steps=2) + "raise ValueError('boom')\n", 1, "exception"),
-        (
+        pytest.param(
             TRAIN.format(steps=2) + "torch.empty(100 * 2**30, dtype=torch.uint8, device='npu')\n",
             1,
             "oom",
+            marks=pytest.mark.slow,
         ),
     ],
     ids=["sys-exit-3", "exception", "oom"],
@@ -302,6 +310,7 @@ def test_torchrun_records_every_rank_and_analysis_finds_the_straggler(tmp_path: 
     assert waits[1] == 0
 
 
+@pytest.mark.slow  # the analysis's backward pairing tests use the column
 def test_backward_ops_carry_their_forward_sequence_number(tmp_path: Path) -> None:
     script = _script(tmp_path, TRAIN.format(steps=1))
     result = _msprof("--output=out", "python", str(script), cwd=tmp_path)

@@ -66,7 +66,7 @@ def _free_port() -> str:
         return str(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("mode", ["user", "control"])
+@pytest.mark.parametrize("mode", ["user", pytest.param("control", marks=pytest.mark.slow)])
 def test_torch_compile_under_recording_says_nothing_about_global_hooks(
     tmp_path: Path, mode: str
 ) -> None:
@@ -80,7 +80,7 @@ def test_torch_compile_under_recording_says_nothing_about_global_hooks(
     assert "modules: ['GraphModule']" in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("mode", ["user", "control"])
+@pytest.mark.parametrize("mode", ["user", pytest.param("control", marks=pytest.mark.slow)])
 def test_ddp_on_the_npu_says_nothing_about_time_stats(tmp_path: Path, mode: str) -> None:
     result = _run(DDP, _free_port(), mode, cwd=tmp_path)
     assert result.returncode == 0 and "trained" in result.stdout, result.stderr[-3000:]

@@ -491,6 +491,7 @@ def test_browser_two_ranks(tmp_path: Path, browser: Any, artefacts: Path) -> Non
     page.close()
 
 
+@pytest.mark.slow  # the LOD tests check the embedded detail without a browser
 def test_browser_bins_split_on_zoom(
     tmp_path: Path, browser: Any, artefacts: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
