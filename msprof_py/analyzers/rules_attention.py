@@ -17,6 +17,8 @@ from msprof_py.analyzers.findings import Finding, RuleSpec
 from msprof_py.analyzers.rules_compute import (
     RuleContext,
     _serial_gain,
+    match_groups,
+    match_values,
     need_host_ops,
     need_spec,
     need_tasks,
@@ -43,36 +45,15 @@ def fusion_attention(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {"attentions_per_step": per_step})
     host_saved = float(sel["host_saved_ns"].sum()) / n
     gain_ns, overlap = _serial_gain(data, host_saved, device_saved)
-    groups = (
-        sel.groupby(["form", "ops", "module", "dtype"], sort=False, observed=True)
-        .agg(
-            count=("match", "size"),
-            device_ns=("device_ns", "sum"),
-            fused_ns=("fused_ns", "sum"),
-            batch=("batch", "first"),
-            sq=("sq", "first"),
-            skv=("skv", "first"),
-            d=("d", "first"),
-            dv=("dv", "first"),
-        )
-        .reset_index()
-        .sort_values("device_ns", ascending=False, kind="stable")
-    )
+    first = {col: (col, "first") for col in ("batch", "sq", "skv", "d", "dv")}
+    groups = match_groups(sel, ["form", "ops", "module", "dtype"], **first)
     top = groups.iloc[0]
-    where = f" in {top['module']}" if top["module"] else ""
     shape = f"{top['batch']} x [{top['sq']}, {top['skv']}] scores, head dim {top['d']}"
-    example = f"{top['ops']}{where} ({shape}, {top['dtype']}; x{top['count'] / n:.0f} per step)"
-    time = float(sel["device_ns"].sum())
-    values = {
-        "per_step": per_step,
-        "kernels_per_step": sel["kernels"].sum() / n,
-        "time_us": us(time / n),
-        "share": data.share(time),
-        "example": example,
-        "fix": _fix(
-            data.spec.soc_version, str(top["dtype"]), bool(sel["dropout"].any()), top["form"]
-        ),
-    }
+    detail = f"{shape}, {top['dtype']}; x{top['count'] / n:.0f} per step"
+    values = match_values(data, sel, per_step, detail, top)
+    values["fix"] = _fix(
+        data.spec.soc_version, str(top["dtype"]), bool(sel["dropout"].any()), top["form"]
+    )
     evidence = {
         "fused_us_per_step": us(sel["fused_ns"].sum() / n),
         "device_saved_us_per_step": us(device_saved),

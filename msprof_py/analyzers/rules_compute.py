@@ -7,8 +7,10 @@ it raises :class:`Skip` naming the data it lacks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from msprof_py.analyzers import aicpu, ampplan, formats, optimizer, patterns, recost, timeline
 from msprof_py.analyzers.context import RankData
@@ -69,6 +71,39 @@ def us(ns: float) -> float:
     return float(ns) / 1e3
 
 
+def match_groups(sel: pd.DataFrame, keys: list[str], **extra: tuple[str, str]) -> pd.DataFrame:
+    """Matched chains grouped by ``keys`` (count, device and fused time, ``extra``
+    aggregations), the most device time first."""
+    return (
+        sel.groupby(keys, sort=False, observed=True)
+        .agg(
+            count=("match", "size"),
+            device_ns=("device_ns", "sum"),
+            fused_ns=("fused_ns", "sum"),
+            **extra,
+        )
+        .reset_index()
+        .sort_values("device_ns", ascending=False, kind="stable")
+    )
+
+
+def match_values(
+    data: RankData, sel: pd.DataFrame, per_step: float, detail: str, top: pd.Series
+) -> dict[str, Any]:
+    """The message values every fusion finding has: matches and kernels per step, their time
+    and share, and an example (the top group's ops, its module and ``detail``)."""
+    n = data.n_steps
+    where = f" in {top['module']}" if top["module"] else ""
+    time = float(sel["device_ns"].sum())
+    return {
+        "per_step": per_step,
+        "kernels_per_step": sel["kernels"].sum() / n,
+        "time_us": us(time / n),
+        "share": data.share(time),
+        "example": f"{top['ops']}{where} ({detail})",
+    }
+
+
 def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
     """A fusable pattern (``spec.extra['pattern']``: one name or a list) found in the steps."""
     data = ctx.data
@@ -85,28 +120,9 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
     saved = float(sel["saved_ns"].sum()) if len(sel) else 0.0
     if per_step < spec.thresholds.get("min_per_step", 1) or saved <= 0:
         return spec.ok(data.rank, {"matches_per_step": per_step})
-    groups = (
-        sel.groupby(["pattern", "ops", "module"], sort=False, observed=True)
-        .agg(
-            count=("match", "size"),
-            device_ns=("device_ns", "sum"),
-            fused_ns=("fused_ns", "sum"),
-            saved_ns=("saved_ns", "sum"),
-        )
-        .reset_index()
-        .sort_values("device_ns", ascending=False, kind="stable")
-    )
+    groups = match_groups(sel, ["pattern", "ops", "module"], saved_ns=("saved_ns", "sum"))
     top = groups.iloc[0]
-    where = f" in {top['module']}" if top["module"] else ""
-    example = f"{top['ops']}{where} (x{top['count'] / n:.0f} per step)"
-    time = float(sel["device_ns"].sum())
-    values = {
-        "per_step": per_step,
-        "kernels_per_step": sel["kernels"].sum() / n,
-        "time_us": us(time / n),
-        "share": data.share(time),
-        "example": example,
-    }
+    values = match_values(data, sel, per_step, f"x{top['count'] / n:.0f} per step", top)
     evidence = {
         "fused_us_per_step": us(sel["fused_ns"].sum() / n),
         "launches_saved_per_step": float((sel["kernels"] - 1).sum() / n),

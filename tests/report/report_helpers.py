@@ -185,6 +185,21 @@ def _label(page: Any) -> str | None:
     return label.first.text_content()
 
 
+def offline_page(browser: Any, errors: list[str]) -> Any:
+    """A 1,400 x 1,000 page that loads only file:// URLs (the network blocked) and collects
+    console and page errors into ``errors``."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.route(
+        "**/*",
+        lambda route: (
+            route.continue_() if route.request.url.startswith("file://") else route.abort()
+        ),
+    )
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    return page
+
+
 def open_report(
     report: Path,
     timeout_ms: int = 60_000,
@@ -215,15 +230,7 @@ def open_report(
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_() if route.request.url.startswith("file://") else route.abort()
-                ),
-            )
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            page = offline_page(browser, errors)
             t0 = time.perf_counter()
             page.goto(report.as_uri(), timeout=timeout_ms, wait_until="load")
             page.wait_for_selector("#fig-timeline .main-svg", timeout=timeout_ms)

@@ -14,7 +14,13 @@ from typing import Any
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from report_helpers import CHROMIUM, one_rank_meta, synthetic_profile, typed_array
+from report_helpers import (
+    CHROMIUM,
+    offline_page,
+    one_rank_meta,
+    synthetic_profile,
+    typed_array,
+)
 
 from msprof_py.profile import TABLES, Profile, load
 from msprof_py.profile.schema import default_row
@@ -300,17 +306,9 @@ def artefacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _page(browser: Any, report: Path) -> tuple[Any, list[str]]:
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(60_000)  # a loaded 2-core CI machine draws slowly
     errors: list[str] = []
-    page.route(
-        "**/*",
-        lambda route: (
-            route.continue_() if route.request.url.startswith("file://") else route.abort()
-        ),
-    )
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page = offline_page(browser, errors)
+    page.set_default_timeout(60_000)  # a loaded 2-core CI machine draws slowly
     page.goto(report.as_uri(), wait_until="load")
     page.wait_for_selector("#fig-timeline .main-svg")
     page.wait_for_function("() => window.msprofTimeline && window.msprofTimeline.drawn")
