@@ -405,12 +405,14 @@ def _after(
     return future.then(done)
 
 
-def _drain_callbacks(timeout_s: float = 2.0) -> None:
+def _drain_callbacks(timeout_s: float = 10.0) -> None:
     """At exit, give gloo's threads the time to release the callbacks they ran.
 
     A gloo thread completes a future (waking the main thread) before it drops the callback; if
     the interpreter is already finalizing then, dropping it (which takes the GIL) aborts the
-    process ("terminate called without an active exception").
+    process ("terminate called without an active exception"). The wait ends as soon as every
+    callback is released; its bound is generous because a loaded machine may not schedule
+    gloo's thread for seconds.
     """
     deadline = time.monotonic() + timeout_s
     while any(not p.failed for p in list(_PENDING)) and time.monotonic() < deadline:

@@ -76,6 +76,7 @@ OP_COLUMNS = [
     "input_shapes",
     "input_dtypes",
     "sequence",
+    "module_path",
 ]
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers.context import MEMCPY, RankData, share_of
+from msprof_py.analyzers.modules import module_labels
 
 KINDS = ("synchronize", ".item()", "pageable copy", "blocking copy", "other", "queue full")
 #: the runtime's names of the waits for room in a full queue
@@ -47,7 +48,7 @@ def points(data: RankData) -> pd.DataFrame:
     ops = data.all_host_ops.set_index("event_id")
     parent = syncs["parent_id"].to_numpy()
     op_name = ops["name"].reindex(parent).astype(object).fillna("").to_numpy()
-    module = ops["module"].reindex(parent).astype(object).fillna("").to_numpy()
+    module = module_labels(ops).reindex(parent).fillna("").to_numpy()
     every = data.all_tasks
     copies = every.loc[every["kind"] == MEMCPY, ["host_op_id", "pinned"]]
     copies = copies.drop_duplicates("host_op_id").set_index("host_op_id")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from msprof_py.adapter.steps import STEP_PREFIX
+from msprof_py.collectors.module_paths import ModuleStack
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
 from msprof_py.device import HostKind, HostRecord, MemoryRecord, TaskRecord
 from msprof_py.device.records import Record
@@ -138,8 +139,10 @@ class Recorder:
         self._explicit_steps = False
         self._last_source = ""
         self._next_event = 0
-        self._open_op: list = []  # [event_id, name, start, thread, shapes, dtypes, module]
-        self.module_stack: list[str] = []
+        #: [event_id, name, start, thread, shapes, dtypes, module, sequence, module_path]
+        self._open_op: list = []
+        #: the modules running now (the session's module hooks keep it)
+        self.modules = ModuleStack()
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
         self.finished = not self.recording and iteration == 0
         self.tasks_recorded = 0
@@ -205,7 +208,7 @@ class Recorder:
             self._open_op = []
             return
         shapes, dtypes = _arg_shapes(args)
-        module = "/".join(self.module_stack)
+        modules = self.modules
         event_id = self._next_event
         self._next_event += 1
         sequence = _sequence_number()
@@ -216,8 +219,9 @@ class Recorder:
             self._thread(),
             shapes,
             dtypes,
-            module,
+            modules.class_path,
             sequence,
+            modules.instance_path,
         ]
 
     def _logical_thread(self) -> int:
@@ -233,7 +237,7 @@ class Recorder:
         if not op:
             return
         self._open_op = []
-        event_id, name, start, thread, shapes, dtypes, module, sequence = op
+        event_id, name, start, thread, shapes, dtypes, module, sequence, module_path = op
         self.writer.append(
             "host_events",
             (
@@ -251,6 +255,7 @@ class Recorder:
                 dtypes,
                 module,
                 sequence,
+                module_path,
             ),
         )
 
@@ -274,8 +279,9 @@ class Recorder:
                     self.step if step is None else step,
                     "",
                     "",
-                    "/".join(self.module_stack),
+                    self.modules.class_path,
                     NO_ID,
+                    self.modules.instance_path,
                 ),
             )
 
@@ -367,5 +373,6 @@ class Recorder:
                 "",
                 "",
                 NO_ID,
+                "",
             ),
         )

@@ -362,11 +362,11 @@ class Session:
 
         def enter_module(module: Any, args: Any) -> None:
             if not _is_compiled_wrapper(module):  # the compiled module's own call: no level
-                recorder.module_stack.append(type(module).__name__)
+                recorder.modules.push(module)
 
         def leave_module(module: Any, args: Any, output: Any) -> None:
-            if recorder.module_stack and not _is_compiled_wrapper(module):
-                recorder.module_stack.pop()
+            if not _is_compiled_wrapper(module):
+                recorder.modules.pop()
 
         # torch.compile(module) warns that global module hooks fire once more for the
         # OptimizedModule wrapper: these hooks skip it, so module paths stay as in eager mode

@@ -111,6 +111,7 @@ HOST_EVENTS = Table(
         Column("input_dtypes", _STR, "ops: input dtypes"),
         Column("module", _STR, "ops: nn.Module path at the time (Model/Block/Conv2d)"),
         Column("sequence", _I64, "ops: autograd sequence number (forward/backward pairs), or -1"),
+        Column("module_path", _STR, "ops: nn.Module instance path (layer2.0.conv1), '' on top"),
     ),
     ("event_id", "kind", "name", "start_ns", "end_ns", "step"),
 )

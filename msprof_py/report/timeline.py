@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 from plotly.subplots import make_subplots
 
+from msprof_py.analyzers.modules import module_labels
 from msprof_py.profile import Profile
 from msprof_py.report.lanes import (
     HOST_COLORS,
@@ -105,7 +106,7 @@ def _host_hover(h: pd.DataFrame) -> pd.Series:
         + "</b> ["
         + _esc(h["kind"])
         + "]<br>module: "
-        + _esc(h["module"])
+        + _esc(module_labels(h))
         + "<br>in: "
         + _esc(h["input_shapes"])
         + " | "
@@ -254,7 +255,7 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
                 "name": _col(mine, "name"),
                 "unit": host_units(mine),
                 "id": mine["event_id"].to_numpy(),
-                "module": _col(mine, "module") if "module" in mine else "",
+                "module": module_labels(mine).reset_index(drop=True),
             }
         )
         lane = Lane(f"{prefix}{role}", rank, "thread", spans)

@@ -1,0 +1,79 @@
+"""Which ``nn.Module`` the application is running: class path and instance path.
+
+The session's global forward hooks push every module entered and pop it on return. The class
+path (``ResNet/Sequential/Bottleneck/Conv2d``) says what kind of layer an op belongs to; the
+instance path (``layer2.0.conv1``, the name ``named_modules()`` and ``state_dict()`` use) says
+which one. A module's name is its attribute name in the module that called it, looked up once
+per (parent, child) pair; a module called by a module that does not own it is named by its
+class. ``torch.compile``'s wrapper (``OptimizedModule``) is transparent: its ``_orig_mod``
+takes the wrapper's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the path separators: class paths as before, instance paths as torch names modules
+CLASS_SEP = "/"
+INSTANCE_SEP = "."
+
+
+class ModuleStack:
+    """The modules being run, innermost last, with their joined paths kept current."""
+
+    __slots__ = ("_classes", "_modules", "_names", "_paths", "class_path", "instance_path")
+
+    def __init__(self) -> None:
+        self._modules: list[Any] = []
+        self._classes: list[str] = []
+        #: instance path of every level (the joined path, so pop is free)
+        self._paths: list[str] = []
+        self._names: dict[tuple[int, int], str] = {}
+        #: ``Model/Block/Conv2d`` of the innermost module ("" outside any module)
+        self.class_path = ""
+        #: ``block.0.conv`` of the innermost module ("" for the top-level module or none)
+        self.instance_path = ""
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def push(self, module: Any) -> None:
+        """``module``'s forward starts."""
+        parent = self._modules[-1] if self._modules else None
+        self._classes.append(type(module).__name__)
+        self.class_path = CLASS_SEP.join(self._classes)
+        if parent is None:
+            path = ""
+        else:
+            name = self._name(parent, module)
+            above = self._paths[-1]
+            path = f"{above}{INSTANCE_SEP}{name}" if above else name
+        self._paths.append(path)
+        self._modules.append(module)
+        self.instance_path = path
+
+    def pop(self) -> None:
+        """The innermost module returned (no-op on an empty stack)."""
+        if not self._modules:
+            return
+        self._modules.pop()
+        self._classes.pop()
+        self._paths.pop()
+        self.class_path = CLASS_SEP.join(self._classes)
+        self.instance_path = self._paths[-1] if self._paths else ""
+
+    def _name(self, parent: Any, module: Any) -> str:
+        key = (id(parent), id(module))
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = child_name(parent, module)
+        return name
+
+
+def child_name(parent: Any, module: Any) -> str:
+    """The attribute name of ``module`` among ``parent``'s submodules, or its class name."""
+    children = getattr(parent, "_modules", None) or {}
+    for name, child in children.items():
+        if child is module or getattr(child, "_orig_mod", None) is module:
+            return name
+    return type(module).__name__
