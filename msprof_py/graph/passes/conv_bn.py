@@ -82,7 +82,9 @@ def conv_batchnorm(plan: Plan) -> None:
             members.append(relu.name)
             work.extend(relu.kernels)
         op_type = conv.kernels[-1].op_type if conv.kernels else "Conv2D"
-        plan.try_fuse(CONV_BN, op_type, members, name=conv.name, work=work)
+        plan.try_fuse(
+            CONV_BN, op_type, members, name=conv.name, work=work, folded_inputs=bn.inputs[1:]
+        )
 
 
 def bn_relu_conv(plan: Plan) -> None:

@@ -72,6 +72,8 @@ class Group:
     members: tuple[str, ...]
     work: tuple[KernelSpec, ...]
     cost: KernelCost | None = None
+    #: inputs the kernel does not read at run time (folded into its weights at compile time)
+    folded_inputs: frozenset[ValueRef] = frozenset()
 
 
 class Plan:
@@ -224,12 +226,14 @@ class Plan:
         name: str | None = None,
         work: Sequence[KernelSpec] | None = None,
         cost: KernelCost | None = None,
+        folded_inputs: Iterable[ValueRef] = (),
     ) -> Group:
         """Fuse ``members`` (callers checked :meth:`blocker`) and record the hit."""
         ordered = tuple(sorted(dict.fromkeys(members), key=self.order.__getitem__))
         if work is None:
             work = [k for m in ordered for k in self.graph.node(m).kernels]
-        group = Group(pass_name, op_type, name or ordered[-1], ordered, tuple(work), cost)
+        folded = frozenset(self.resolve(r) for r in folded_inputs)
+        group = Group(pass_name, op_type, name or ordered[-1], ordered, tuple(work), cost, folded)
         for m in ordered:
             self.owner[m] = len(self.groups)
         self.groups.append(group)
@@ -250,20 +254,31 @@ class Plan:
         name: str | None = None,
         work: Sequence[KernelSpec] | None = None,
         cost: KernelCost | None = None,
+        folded_inputs: Iterable[ValueRef] = (),
     ) -> bool:
         """Fuse ``members`` unless :meth:`blocker` objects (then record the miss)."""
         why = self.blocker(members)
         if why:
             self.miss(pass_name, members, why)
             return False
-        self.commit(pass_name, op_type, members, name=name, work=work, cost=cost)
+        self.commit(
+            pass_name,
+            op_type,
+            members,
+            name=name,
+            work=work,
+            cost=cost,
+            folded_inputs=folded_inputs,
+        )
         return True
 
     # ---- the group's boundary ---------------------------------------------------------------
 
-    def group_io(self, members: Sequence[str]) -> tuple[tuple[ValueRef, ...], tuple[ValueRef, ...]]:
+    def group_io(
+        self, members: Sequence[str], skip: frozenset[ValueRef] = frozenset()
+    ) -> tuple[tuple[ValueRef, ...], tuple[ValueRef, ...]]:
         """The values a kernel computing ``members`` reads from and writes to device memory:
-        inputs produced outside, outputs read outside or returned by the graph."""
+        inputs produced outside (but ``skip``), outputs read outside or returned."""
         inside = set(members)
         inputs: dict[ValueRef, None] = {}
         outputs: dict[ValueRef, None] = {}
@@ -271,7 +286,7 @@ class Plan:
             node = self.graph.node(name)
             for ref in node.inputs:
                 base = self.resolve(ref)
-                if base.node not in inside:
+                if base.node not in inside and base not in skip:
                     inputs[base] = None
             for i in range(len(node.outputs)):
                 ref = node.out(i)
@@ -283,10 +298,12 @@ class Plan:
             outputs[ValueRef(last, 0)] = None
         return tuple(inputs), tuple(outputs)
 
-    def external_bytes(self, members: Sequence[str]) -> int:
+    def external_bytes(
+        self, members: Sequence[str], skip: frozenset[ValueRef] = frozenset()
+    ) -> int:
         """Bytes a kernel computing ``members`` moves: each external input once (no more than
-        the views of it the group reads) and each external output."""
-        inputs, outputs = self.group_io(members)
+        the views of it the group reads; ``skip`` not at all) and each external output."""
+        inputs, outputs = self.group_io(members, skip)
         inside = set(members)
         viewed: dict[ValueRef, int] = {}
         for name in inside:
@@ -301,7 +318,8 @@ class Plan:
         """The fused kernel's cost: the pass's own, or the generic fused cost."""
         if group.cost is not None:
             return group.cost
-        return fused_cost(self.spec, group.work, external_bytes=self.external_bytes(group.members))
+        nbytes = self.external_bytes(group.members, group.folded_inputs)
+        return fused_cost(self.spec, group.work, external_bytes=nbytes)
 
     # ---- the launch list ---------------------------------------------------------------------
 
@@ -346,7 +364,7 @@ class Plan:
     def _unit_kernels(self, u: int, members: tuple[str, ...]) -> list[GraphKernel]:
         if u < len(self.groups):
             group = self.groups[u]
-            inputs, outputs = self.group_io(members)
+            inputs, outputs = self.group_io(members, group.folded_inputs)
             cost = self.group_cost(group)
             return [
                 GraphKernel(
