@@ -73,6 +73,13 @@ def _memory_ns(spec: DeviceSpec, nbytes: int, block_dim: int) -> float:
     return nbytes / bandwidth * 1e9
 
 
+def memory_ns(spec: DeviceSpec, nbytes: int, block_dim: int) -> float:
+    """Time (ns) to move ``nbytes`` between HBM and the ``block_dim`` cores of one kernel: the
+    bytes over the lower of the achievable HBM bandwidth and what those cores can pull (the
+    memory term of every kernel's roofline; used by fused-kernel costing)."""
+    return _memory_ns(spec, nbytes, block_dim)
+
+
 def _unit_ns(total_cycles: float, block_dim: int, cores: int, clock_hz: float, eff: float) -> float:
     waves = math.ceil(block_dim / cores)
     return waves * (total_cycles / block_dim) / clock_hz / eff * 1e9
