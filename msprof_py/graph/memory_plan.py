@@ -45,6 +45,7 @@ most bytes live at one launch index, a lower bound for any single-stream plan.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -198,6 +199,67 @@ def _best_fit(size: int, taken: list[tuple[int, int]]) -> int:
     return cursor if best is None else best[1]
 
 
+class _Safety:
+    """When each value's bytes are free for a new value, per stream.
+
+    Along one stream the kernels that have certainly finished before a kernel starts only grow
+    (stream order), so for value ``a`` and stream ``s`` there is a first kernel of ``s`` from
+    which every user of ``a`` has finished: ``threshold[a][s]``. A value first written by a
+    kernel of ``s`` before that threshold may run while ``a`` is still in use. ``reach[a]`` is
+    one past the last such kernel on any stream (``last + 1`` on a single stream).
+    """
+
+    def __init__(self, values: Sequence[_Value], kernels: Sequence[GraphKernel]) -> None:
+        self.stream = [k.stream for k in kernels]
+        anc = ancestors(self.stream, [k.waits for k in kernels])
+        by_stream: dict[int, list[int]] = {}
+        for j, s in enumerate(self.stream):
+            by_stream.setdefault(s, []).append(j)
+        self.threshold: dict[ValueRef, dict[int, int]] = {}
+        self.reach: dict[ValueRef, int] = {}
+        for v in values:
+            mask = sum(1 << u for u in v.users)
+            last = v.last
+            per: dict[int, int] = {}
+            reach = last + 1
+            for s, indices in by_stream.items():
+                lo = bisect.bisect_right(indices, last)
+                hi = len(indices)
+                while lo < hi:  # first kernel of s after ``last`` that sees ``v`` finished
+                    mid = (lo + hi) // 2
+                    if mask & ~anc[indices[mid]]:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                per[s] = indices[lo] if lo < len(indices) else len(kernels)
+                if lo > 0 and indices[lo - 1] > last:
+                    reach = max(reach, indices[lo - 1] + 1)
+            self.threshold[v.ref] = per
+            self.reach[v.ref] = reach
+
+    def conflict(self, a: _Value, b: _Value) -> bool:
+        """``a`` and ``b`` may be in use at the same time."""
+        if a.first > b.first:
+            a, b = b, a
+        if b.first > self.reach[a.ref] - 1:
+            return False
+        return b.first < self.threshold[a.ref][self.stream[b.first]]
+
+
+def _reused(blocks: Sequence[Block]) -> int:
+    """Blocks sharing bytes with a block of a value written earlier."""
+    order = sorted(blocks, key=lambda b: (b.offset, b.first, b.value))
+    reused: set[ValueRef] = set()
+    for i, b in enumerate(order):
+        for o in order[i + 1 :]:
+            if o.offset >= b.end:
+                break
+            if b.size and o.size:
+                later = o if (o.first, o.value) > (b.first, b.value) else b
+                reused.add(later.value)
+    return len(reused)
+
+
 def plan_memory(
     graph: Graph,
     kernels: Sequence[GraphKernel],
@@ -215,44 +277,34 @@ def plan_memory(
     if alignment < 1:
         raise ValueError(f"alignment must be >= 1, got {alignment}")
     values = _values(graph, kernels, alignment, atomic_op_types)
-    anc = ancestors([k.stream for k in kernels], [k.waits for k in kernels])
-    use_mask = {v.ref: sum(1 << u for u in v.users) for v in values}
-
-    def before(a: _Value, b: _Value) -> bool:
-        """Every kernel using ``a`` has finished before ``b``'s first writer starts."""
-        return use_mask[a.ref] & ~anc[b.first] == 0
-
-    placed: list[tuple[_Value, int]] = []
+    position: dict[ValueRef, int] = {}
     offset = 0
     for v in values:
         if v.reason:
-            placed.append((v, offset))
+            position[v.ref] = offset
             offset += v.size
     fixed_top = offset
     reusable = sorted((v for v in values if not v.reason), key=lambda v: (-v.size, v.first, v.ref))
+    safety = _Safety(reusable, kernels)
+    reach = safety.reach
+    placed: list[tuple[_Value, int, int, int]] = []  # value, first, reach, offset
     for v in reusable:
+        first, end = v.first, reach[v.ref]
         taken = [(0, fixed_top)] if fixed_top else []
         taken += [
             (off, off + u.size)
-            for u, off in placed
-            if not u.reason and not before(u, v) and not before(v, u)
+            for u, u_first, u_end, off in placed
+            if u_first < end and first < u_end and safety.conflict(u, v)
         ]
-        placed.append((v, _best_fit(v.size, taken)))
-    position = {v.ref: off for v, off in placed}
+        off = _best_fit(v.size, taken)
+        position[v.ref] = off
+        placed.append((v, first, end, off))
     blocks = tuple(Block(v.ref, position[v.ref], v.size, v.first, v.last, v.reason) for v in values)
-    reused = sum(
-        1
-        for b in blocks
-        if b.size
-        and any(
-            o.size and o.first < b.first and o.offset < b.end and b.offset < o.end for o in blocks
-        )
-    )
     return MemoryPlan(
         blocks,
         max((b.end for b in blocks), default=0),
         sum(v.size for v in values),
         live_peak_bytes=_live_peak(values, len(kernels)),
-        reused_blocks=reused,
+        reused_blocks=_reused(blocks),
         no_reuse=tuple((v.ref, v.reason) for v in values if v.reason),
     )
