@@ -3,9 +3,13 @@ stream, and the contention-free schedule."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from planning_helpers import Builder
 
+from msprof_py.device.costmodel import vector_cost
+from msprof_py.device.spec import DeviceSpec
 from msprof_py.graph.ir import unfused_kernels
 from msprof_py.graph.stream_plan import plan_streams, schedule
 
@@ -220,3 +224,21 @@ def test_invalid_cap_and_empty_list() -> None:
     with pytest.raises(ValueError, match="max_streams"):
         _plan(g.graph(c), max_streams=0)
     assert plan_streams(g.graph(c), []).streams == 0
+
+
+def test_schedule_with_cost_model_kernels() -> None:
+    spec = DeviceSpec.load("ascend910b")
+    branch = vector_cost(spec, elements=1 << 20, dtype="float16", bytes_moved=4 << 20)
+    join = vector_cost(spec, elements=1 << 20, dtype="float16", bytes_moved=6 << 20)
+    g, c = _two_branches()
+    graph = g.graph(c)
+    kernels = [
+        dataclasses.replace(k, cost=join if k.name == "c" else branch)
+        for k in unfused_kernels(graph)
+    ]
+    d, j = branch.duration_ns, join.duration_ns
+    assert d > 0 and j > d
+    two = schedule(plan_streams(graph, kernels))
+    one = schedule(plan_streams(graph, kernels, single_stream=True))
+    assert two[-1] == (2 * d, 2 * d + j)
+    assert one[-1] == (4 * d, 4 * d + j)
