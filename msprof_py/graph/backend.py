@@ -43,6 +43,14 @@ class GraphModeError(ShortenTraceback):
 _GRAPH_IDS = itertools.count()
 
 
+def reset() -> None:
+    """Forget every compiled graph: Dynamo's caches, the recompile counts, graph numbering."""
+    global _GRAPH_IDS
+    torch._dynamo.reset()
+    recompiles.reset()
+    _GRAPH_IDS = itertools.count()
+
+
 def resolve_config(
     config: GraphConfig | Any = None, mode: str | None = None, options: Mapping | None = None
 ) -> GraphConfig:

@@ -15,6 +15,7 @@ memory for the tensors that leave the graph, and one host launch for all kernels
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,9 @@ from msprof_py.graph.capture import capturing
 from msprof_py.graph.config import GraphConfig, compile_ns
 from msprof_py.graph.ir import NodeKind
 from msprof_py.graph.pipeline import GraphPlan, graph_tasks, plan_graph
+
+#: every live compiled graph (for inspection: :func:`compiled_graphs`)
+_GRAPHS: weakref.WeakSet[CompiledGraph] = weakref.WeakSet()
 
 #: engine id -> the side streams graph launches use (index 1 and up; 0 is the current stream)
 _SIDE_STREAMS: dict[int, list[Stream]] = {}
@@ -87,6 +91,7 @@ class CompiledGraph:
         self._plans: dict[tuple, dict[tuple, GraphPlan]] = {}
         self._order = [n for n in gm.graph.nodes]
         self._last_use = self._last_uses()
+        _GRAPHS.add(self)
 
     def _last_uses(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
         """node -> the values whose last reader it is (freed after it runs, as FX code does)."""
@@ -197,3 +202,8 @@ class CompiledGraph:
         streams = _streams(state, plan.streams)
         state.npu.engine.submit_graph(streams, graph_tasks(plan), name=f"ModelExecute {self.name}")
         del workspace  # back to the caching allocator (stream-ordered, as eager frees)
+
+
+def compiled_graphs() -> list[CompiledGraph]:
+    """The compiled graphs alive in this process, by name."""
+    return sorted(_GRAPHS, key=lambda g: g.name)
