@@ -38,6 +38,10 @@ class GraphModeError(ShortenTraceback):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, first_useful_frame=None)
+        self.message = message
+
+    def __str__(self) -> str:  # Dynamo appends hints to the arguments: keep the one line
+        return self.message
 
 
 _GRAPH_IDS = itertools.count()

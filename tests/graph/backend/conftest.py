@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +22,7 @@ def npu() -> SimulatedNpu:
 def fresh_dynamo(npu: SimulatedNpu) -> Iterator[None]:
     """Each test compiles from scratch and counts its own recompiles."""
     backend.reset()
+    gc.collect()  # graphs of earlier tests leave compiled_graphs()
     yield
     torch._dynamo.reset()
 

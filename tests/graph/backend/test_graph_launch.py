@@ -13,6 +13,11 @@ from msprof_py.graph.config import compile_ns
 from msprof_py.graph.runner import compiled_graphs
 
 
+def _graphs(before: set) -> dict:
+    """The graphs compiled since ``before`` was taken, by name."""
+    return {g.name: g for g in set(compiled_graphs()) - before}
+
+
 def _step(model, x: torch.Tensor) -> None:
     model(x).sum().backward()
 
@@ -65,13 +70,14 @@ def test_one_host_launch_per_graph_call_and_fewer_than_eager(
 
 
 def test_kernel_names_are_graph_node_names(npu: SimulatedNpu, log: TaskLog) -> None:
+    before = set(compiled_graphs())
     torch.manual_seed(0)
     model = torch.compile(cnn().to("npu"), backend="npu")
     x = torch.randn(2, 3, 8, 8).to("npu")
     _step(model, x)
     start = len(log.tasks)
     _step(model, x)
-    graphs = {g.name: g for g in compiled_graphs()}
+    graphs = _graphs(before)
     forward = graphs["graph0_forward"].plans[-1]
     planned = [k.name for k in forward.kernels]
     node_names = {n.name for n in forward.graph.nodes}
@@ -84,6 +90,7 @@ def test_kernel_names_are_graph_node_names(npu: SimulatedNpu, log: TaskLog) -> N
 
 
 def test_compile_time_is_charged_once_per_graph(npu: SimulatedNpu, log: TaskLog) -> None:
+    before = set(compiled_graphs())
     torch.manual_seed(0)
     model = torch.compile(cnn().to("npu"), backend="npu")
     x = torch.randn(2, 3, 8, 8).to("npu")
@@ -91,7 +98,7 @@ def test_compile_time_is_charged_once_per_graph(npu: SimulatedNpu, log: TaskLog)
         _step(model, x)
     spans = [h for h in log.host if h.kind is HostKind.API and h.name.startswith("compile ")]
     assert [h.name for h in spans] == ["compile graph0_forward", "compile graph0_backward"]
-    graphs = {g.name: g for g in compiled_graphs()}
+    graphs = _graphs(before)
     for span in spans:
         gm = graphs[span.name.removeprefix("compile ")].gm
         ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
@@ -101,6 +108,7 @@ def test_compile_time_is_charged_once_per_graph(npu: SimulatedNpu, log: TaskLog)
 def test_one_workspace_block_per_call_instead_of_intermediates(
     npu: SimulatedNpu, log: TaskLog
 ) -> None:
+    before = set(compiled_graphs())
     torch.manual_seed(0)
     model = torch.compile(cnn().to("npu"), backend="npu")
     x = torch.randn(2, 3, 8, 8).to("npu")
@@ -108,7 +116,7 @@ def test_one_workspace_block_per_call_instead_of_intermediates(
         model(x)
         start = len(log.memory)
         model(x)
-    graph = {g.name: g for g in compiled_graphs()}["graph0_inference"]
+    graph = _graphs(before)["graph0_inference"]
     plan = graph.plans[-1]
     mallocs = [m for m in log.memory[start:] if m.action.value == "malloc"]
     tags = [m.tag for m in mallocs]

@@ -17,9 +17,7 @@ def test_three_compiled_steps_equal_eager_cpu(npu: SimulatedNpu, make, shape) ->
     model = make()
     inputs = [torch.randn(shape) for _ in range(3)]
     cpu_losses, cpu_model = train(model, inputs, "cpu")
-    npu_losses, npu_model = train(
-        model, inputs, "npu", lambda m: torch.compile(m, backend="npu")
-    )
+    npu_losses, npu_model = train(model, inputs, "npu", lambda m: torch.compile(m, backend="npu"))
     for a, b in zip(cpu_losses, npu_losses, strict=True):
         assert torch.equal(a, b)
     cpu_state = cpu_model.state_dict()
