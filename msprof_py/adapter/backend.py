@@ -20,7 +20,7 @@ import torch
 from msprof_py.adapter import formats, runtime, shapes_only
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
-from msprof_py.adapter.runtime import AdapterState
+from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import (
     adopt,
     hold_device_bytes,
@@ -515,6 +515,10 @@ def _submit(
     ins: tuple,
     outs: tuple,
 ) -> None:
+    captured = state.capture
+    if captured is not None:  # a graph is being captured: its launch places the kernel
+        captured.append(CapturedKernel(name, op_type, cost, ins, outs))
+        return
     engine = state.npu.engine
     if not state.npu.bus.active:
         engine.submit_kernel(state.stream, cost, name=name, op_type=op_type)

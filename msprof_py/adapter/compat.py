@@ -8,12 +8,16 @@
   host computes every npu op, and fewer intra-op threads change reduction orders (results differ
   from CPU by an ulp). That call is ignored, so npu ops run with the threads the script has.
 - ``torch.compile``'s default backend (inductor) cannot lower npu graphs; for graphs with npu
-  inputs it is replaced by ``aot_eager``, whose ATen ops still run on the device.
+  inputs it is replaced by the ``"npu"`` graph-mode backend (:mod:`msprof_py.graph.backend`).
+- The ``"npu"`` backend is registered with Dynamo's registry as soon as Dynamo's registry
+  module loads (installing the adapter does not import Dynamo, which takes seconds).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -85,11 +89,61 @@ def _has_npu_input(example_inputs: Any) -> bool:
     return any(isinstance(t, torch.Tensor) and t.device.type == "npu" for t in example_inputs)
 
 
-def _npu_aware_inductor(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+def _npu_aware_inductor(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+    """Inductor for CPU graphs, the ``"npu"`` backend for graphs with npu inputs (with
+    ``torch.compile``'s ``mode``: "reduce-overhead" or, for any other, "max-autotune")."""
     from torch._dynamo.backends.registry import lookup_backend
 
-    name = "aot_eager" if _has_npu_input(example_inputs) else "inductor"
-    return lookup_backend(name)(gm, example_inputs)
+    if not _has_npu_input(example_inputs):
+        return lookup_backend("inductor")(gm, example_inputs)
+    from msprof_py.graph.backend import npu_backend
+
+    mode = "reduce-overhead" if kwargs.get("mode") == "reduce-overhead" else "max-autotune"
+    return npu_backend(gm, example_inputs, mode=mode)
+
+
+def npu(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+    """The ``"npu"`` backend as registered (imports graph mode on first use)."""
+    from msprof_py.graph.backend import npu_backend
+
+    return npu_backend(gm, example_inputs, **kwargs)
+
+
+_REGISTRY = "torch._dynamo.backends.registry"
+
+
+def _register_npu_backend(registry: Any) -> None:
+    if "npu" not in registry._COMPILER_FNS:
+        registry.register_backend(npu, name="npu")
+
+
+class _RegisterOnLoad(importlib.abc.MetaPathFinder):
+    """Registers the ``"npu"`` backend right after Dynamo's registry module has run."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _REGISTRY:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            _register_npu_backend(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _register_backend() -> None:
+    registry = sys.modules.get(_REGISTRY)
+    if registry is not None:
+        _register_npu_backend(registry)
+    elif not any(isinstance(f, _RegisterOnLoad) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnLoad())
 
 
 def _patch_compile() -> None:
@@ -115,3 +169,4 @@ def apply(npu_module: Any) -> None:
     _patch_pin_memory_threads()
     _patch_accelerator(npu_module)
     _patch_compile()
+    _register_backend()

@@ -13,9 +13,9 @@ import torch
 from msprof_py.adapter import formats, runtime, shapes_only
 from msprof_py.adapter.backend import transdata
 from msprof_py.adapter.opcost import dtype_name
-from msprof_py.adapter.runtime import AdapterState
+from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import host_view, set_storage_format, storage_format
-from msprof_py.device import CopyKind, costmodel
+from msprof_py.device import CopyKind, TaskType, costmodel
 from msprof_py.device.formats import storage_bytes
 
 
@@ -36,7 +36,23 @@ def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_t
     cost = costmodel.vector_cost(
         state.npu.spec, elements=dst.numel(), dtype=dtype_name(dst.dtype), bytes_moved=nbytes
     )
+    if state.capture is not None:
+        keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
+        state.capture.append(CapturedKernel("aten::copy_", op_type, cost, *keys))
+        return
     state.npu.engine.submit_kernel(state.stream, cost, name="aten::copy_", op_type=op_type)
+
+
+def _d2d_copy_cost(state: AdapterState, nbytes: int) -> costmodel.KernelCost:
+    """A device-to-device copy inside a captured graph: one DMA task (no core), as long as the
+    eager copy takes."""
+    duration = costmodel.copy_ns(state.npu.spec, CopyKind.D2D, nbytes)
+    sched = state.npu.spec.dispatch.device_sched_ns
+    memory = float(duration - sched)
+    bound = costmodel.bound_of(sched, 0.0, 0.0, memory)
+    return costmodel.KernelCost(
+        TaskType.DMA, 0, duration, sched, 0.0, 0.0, memory, 1, bound, 0.0, nbytes
+    )
 
 
 def copy(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
@@ -107,7 +123,12 @@ def _device_to_device(state: AdapterState, src: torch.Tensor, dst: torch.Tensor)
     if src_fmt is not None and (dst_fmt is None or dst_fmt[0] != src_fmt[0]):
         transdata(state, src, dst_fmt[0] if dst_fmt is not None else formats.ND, retag=False)
     plain = src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous()
-    if plain and src.shape == dst.shape:
+    if plain and src.shape == dst.shape and state.capture is not None:
+        nbytes = src.numel() * src.element_size()
+        keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
+        cost = _d2d_copy_cost(state, nbytes)
+        state.capture.append(CapturedKernel("aten::copy_", "MemcpyAsync", cost, *keys))
+    elif plain and src.shape == dst.shape:
         state.npu.engine.submit_memcpy(
             state.stream, CopyKind.D2D, src.numel() * src.element_size(), name="aten::copy_ (D2D)"
         )

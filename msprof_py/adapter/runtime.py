@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from msprof_py.device import SimulatedNpu, Stream
+from msprof_py.device.costmodel import KernelCost
 
 NUMERICS = ("cpu", "none")
 HOST_TIMES = ("modeled", "measured")
@@ -36,6 +37,11 @@ class AdapterState:
     meta: bool = field(init=False)
     #: the collectors' host-op observer (None: nothing records host ops)
     observer: OpObserver | None = field(init=False, default=None)
+    #: graph capture (:mod:`msprof_py.graph.capture`): while set, kernels the backend would
+    #: launch are appended here as :class:`CapturedKernel` instead of reaching the engine, and
+    #: tensors created meanwhile take no device memory of their own (the graph's workspace
+    #: holds them)
+    capture: list[CapturedKernel] | None = field(init=False, default=None)
     _op_open: bool = field(init=False, default=False)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)
@@ -70,6 +76,18 @@ class AdapterState:
                     self.observer.op_end()
             if self.measured:
                 self._outside_since = time.perf_counter_ns()
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedKernel:
+    """A kernel the backend launched while a graph was being captured: its task-record name,
+    op type, cost and the (shape, dtype, format) keys of the tensors it reads and writes."""
+
+    name: str
+    op_type: str
+    cost: KernelCost
+    inputs: tuple = ()
+    outputs: tuple = ()
 
 
 class OpObserver(Protocol):

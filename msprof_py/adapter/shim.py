@@ -1,8 +1,8 @@
-"""The import hook that makes ``import torch_npu`` load msprof-py's shim.
+"""The import hook that makes ``import torch_npu`` and ``import torchair`` load msprof-py's shims.
 
-``torch_npu`` and every ``torch_npu.X`` resolve to ``msprof_py.adapter.torch_npu.X``: the real
-module is imported (running its import-time effects, e.g. ``transfer_to_npu``'s patches) and
-also registered under the ``torch_npu`` name.
+``torch_npu`` and every ``torch_npu.X`` resolve to ``msprof_py.adapter.torch_npu.X`` (likewise
+``torchair`` to ``msprof_py.adapter.torchair``): the real module is imported (running its
+import-time effects, e.g. ``transfer_to_npu``'s patches) and also registered under the alias.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from types import ModuleType
 
 ALIAS = "torch_npu"
 TARGET = "msprof_py.adapter.torch_npu"
+#: alias package -> the shim package it resolves to
+ALIASES = {ALIAS: TARGET, "torchair": "msprof_py.adapter.torchair"}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -33,15 +35,18 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
     ) -> ModuleSpec | None:
-        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+        alias = fullname.partition(".")[0]
+        target = ALIASES.get(alias)
+        if target is None:
             return None
-        real = TARGET + fullname[len(ALIAS) :]
+        real = target + fullname[len(alias) :]
         if importlib.util.find_spec(real) is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real))
 
 
 def install_import_hook() -> None:
-    """Resolve ``torch_npu`` to the shim from now on in this process (idempotent)."""
+    """Resolve ``torch_npu`` and ``torchair`` to the shims from now on in this process
+    (idempotent)."""
     if not any(isinstance(finder, _AliasFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _AliasFinder())

@@ -22,9 +22,11 @@ from collections.abc import Sequence
 import torch
 
 from msprof_py.adapter.errors import raise_oom
+from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.device import NpuOutOfMemoryError
 from msprof_py.device.caching import Block, CachingAllocator
+from msprof_py.device.formats import storage_bytes
 
 _META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _create_empty = torch._C._acc.create_empty_tensor
@@ -114,7 +116,7 @@ class _DeviceMemory:
 def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
     """Device memory of ``nbytes`` that no tensor shows (intermediates a kernel saves for its
     backward); held until the returned handle is dropped."""
-    if nbytes <= 0:
+    if nbytes <= 0 or state.capture is not None:  # in a graph: part of its workspace
         return None
     block = reserve(nbytes, state, tag)
     return _DeviceMemory(state.npu.memory, block.address)
@@ -128,6 +130,12 @@ def _attach(
     block: Block | None = None,
 ) -> None:
     if block is None:
+        if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
+            # a tensor created while a graph runs lives in the graph's workspace (or gets its
+            # own memory when it leaves the graph: :func:`hold_own_memory`)
+            npu_storage._npu = backing  # type: ignore[attr-defined]
+            npu_storage._npu_mem = None  # type: ignore[attr-defined]
+            return
         block = reserve(backing.nbytes(), state, tag)
     npu_storage._npu = backing  # type: ignore[attr-defined]
     # replacing the attribute frees the memory of a storage that was re-pointed or grown
@@ -178,12 +186,14 @@ def new_tensor(
         stride = _contiguous_strides(size)
     numel = math.prod(size)
     elements = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
-    block = reserve(elements * dtype.itemsize, state, tag)
+    in_graph = state.capture is not None  # the graph's workspace holds it
+    block = None if in_graph else reserve(elements * dtype.itemsize, state, tag)
     device = _META if state.meta else _CPU
     try:
         host = torch.empty_strided(size, stride, dtype=dtype, device=device)
     except BaseException:
-        state.npu.memory.free(block.address)
+        if block is not None:
+            state.npu.memory.free(block.address)
         raise
     return adopt(host, state, tag, block)
 
@@ -224,8 +234,27 @@ def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: st
     takes more than the logical bytes)."""
     storage = t.untyped_storage()
     held = getattr(storage, "_npu_mem", None)
+    if held is None and state.capture is not None:  # in a graph's workspace
+        return
     current = state.npu.memory.block_size(held.address) if held is not None else 0
     if nbytes > current:
+        block = reserve(nbytes, state, tag)
+        storage._npu_mem = _DeviceMemory(state.npu.memory, block.address)  # type: ignore[attr-defined]
+
+
+def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
+    """Give ``t``'s storage device memory of its own if it has none (a tensor created in a
+    graph's workspace that outlives the graph call); its padded size if held in a private
+    format."""
+    storage = t.untyped_storage()
+    backing = getattr(storage, "_npu", None)
+    if backing is None or getattr(storage, "_npu_mem", None) is not None:
+        return
+    nbytes = backing.nbytes()
+    fmt = getattr(storage, "_npu_fmt", None)
+    if fmt is not None:
+        nbytes = max(nbytes, storage_bytes(fmt[1], dtype_name(t.dtype), fmt[0]))
+    if nbytes > 0:
         block = reserve(nbytes, state, tag)
         storage._npu_mem = _DeviceMemory(state.npu.memory, block.address)  # type: ignore[attr-defined]
 

@@ -5,7 +5,7 @@ and benchmarked on its own.
 """
 
 from msprof_py.device.caching import CachingAllocator
-from msprof_py.device.engine import Engine, Event, Stream
+from msprof_py.device.engine import Engine, Event, GraphTask, Stream
 from msprof_py.device.errors import DeviceError, EventNotReadyError
 from msprof_py.device.memory import (
     HbmAllocator,
@@ -36,6 +36,7 @@ __all__ = [
     "Engine",
     "Event",
     "EventNotReadyError",
+    "GraphTask",
     "HbmAllocator",
     "HostKind",
     "HostRecord",

@@ -61,6 +61,28 @@ class Stream:
         return f"Stream(id={self.stream_id})"
 
 
+@dataclass(frozen=True, slots=True)
+class GraphTask:
+    """One kernel of a graph launch (:meth:`Engine.submit_graph`).
+
+    ``stream`` indexes the streams handed to :meth:`Engine.submit_graph` (0: the launch
+    stream); ``waits`` are indices of earlier tasks of the same launch that must end before
+    this one starts (the graph's cross-stream events).
+    """
+
+    name: str
+    op_type: str
+    cost: KernelCost
+    stream: int = 0
+    waits: tuple[int, ...] = ()
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+    input_dtypes: tuple[str, ...] = ()
+    input_formats: tuple[str, ...] = ()
+    output_shapes: tuple[tuple[int, ...], ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    output_formats: tuple[str, ...] = ()
+
+
 @dataclass(eq=False, slots=True)
 class Event:
     """A marker recorded on a stream; other streams and the host can wait for it."""
@@ -324,6 +346,88 @@ class Engine:
         if self.bus.active:
             self._emit_launch(name, host_start, stream, task)
         return task
+
+    def submit_graph(
+        self, streams: Sequence[Stream], tasks: Sequence[GraphTask], *, name: str = "ModelExecute"
+    ) -> list[TaskRecord]:
+        """Launch a compiled graph: one host launch, then every task on its stream.
+
+        The host pays one launch (stage 1 and 2, as for a kernel) on ``streams[0]`` and returns;
+        the tasks were sunk to the device with the graph, so each is ready at that launch time
+        and starts after its stream's previous task and the tasks it ``waits`` for. When the
+        graph spans several streams, ``streams[0]`` ends after all of them (the model's closing
+        event), so work issued after the graph sees its results. One LAUNCH host record names
+        the launch (linked to the first task); each task gets its task record.
+        """
+        if not streams:
+            raise ValueError("a graph launch needs at least one stream")
+        for stream in streams:
+            self._check(stream)
+        dispatch = self.spec.dispatch
+        host_start, launch = self._launch(streams[0], dispatch.stage1_ns, dispatch.stage2_ns, name)
+        records: list[TaskRecord] = []
+        for task in tasks:
+            if not 0 <= task.stream < len(streams):
+                raise ValueError(f"graph task {task.name!r} names stream {task.stream}")
+            stream = streams[task.stream]
+            cost = task.cost
+            not_before = 0
+            for w in task.waits:
+                if not 0 <= w < len(records):
+                    raise ValueError(f"graph task {task.name!r} waits for a later task {w}")
+                not_before = max(not_before, records[w].end_ns)
+            demand = self._demand(cost.task_type, cost.block_dim)
+            start, end, wait = self._place(stream, launch, cost.duration_ns, demand, not_before)
+            records.append(
+                TaskRecord(
+                    self._new_task_id(),
+                    stream.stream_id,
+                    TaskKind.KERNEL,
+                    cost.task_type,
+                    task.name,
+                    task.op_type,
+                    cost.block_dim,
+                    launch,
+                    start,
+                    end,
+                    wait,
+                    cost.flops,
+                    cost.bytes,
+                    task.input_shapes,
+                    task.input_dtypes,
+                    task.input_formats,
+                    task.output_shapes,
+                    task.output_dtypes,
+                    task.output_formats,
+                    None,
+                    round(cost.cube_ns),
+                    round(cost.vector_ns),
+                    round(cost.memory_ns),
+                )
+            )
+        main = streams[0]
+        tail = max(s.tail_ns for s in streams)
+        if tail > main.tail_ns:
+            main.tail_ns = tail
+            main.has_tasks = True
+        if self.bus.active:
+            first = records[0].task_id if records else -1
+            self.bus.emit(
+                HostRecord(HostKind.LAUNCH, name, host_start, self.host_ns, main.stream_id, first)
+            )
+            for record in records:
+                self.bus.emit(record)
+        return records
+
+    def host_span(self, ns: int, name: str) -> None:
+        """The host spends ``ns`` in a runtime call of its own (graph compilation ...): an API
+        host record."""
+        if ns < 0:
+            raise ValueError("host time cannot go backwards")
+        start = self.host_ns
+        self.host_ns += ns
+        if self.bus.active:
+            self.bus.emit(HostRecord(HostKind.API, name, start, self.host_ns))
 
     def _submit_simple(
         self,

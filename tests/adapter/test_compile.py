@@ -1,4 +1,5 @@
-"""torch.compile on npu modules runs, and compiled ops still reach the device."""
+"""torch.compile on npu modules runs (the default backend becomes graph mode, "npu"), and the
+compiled graphs' kernels reach the device (one graph launch per call)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ def test_default_backend_runs_and_ops_reach_the_device(npu: SimulatedNpu, log: T
     compiled = torch.compile(model)
     x = torch.randn(2, 3, 8, 8)
     for _ in range(2):
-        start = len(log.tasks)
+        start, host_start = len(log.tasks), len(log.host)
         out = compiled(x.to("npu"))
         out.sum().backward()
         names = {t.op_type for t in log.tasks[start:]}
         assert {"Conv2D", "Conv2DBackpropFilter", "BNTrainingUpdate"} <= names
+        launches = [h.name for h in log.host[host_start:] if h.name.startswith("ModelExecute")]
+        assert len(launches) == 2  # the forward and the backward graph
     eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten())
     with torch.no_grad():
         for p, value in zip(eager.parameters(), reference, strict=True):

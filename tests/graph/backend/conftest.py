@@ -1,0 +1,36 @@
+"""Graph-mode backend tests: the npu device installed once per process, Dynamo reset per test."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import msprof_py.adapter
+from msprof_py.device import SimulatedNpu, TaskLog
+from msprof_py.graph import backend
+
+
+@pytest.fixture(scope="session")
+def npu() -> SimulatedNpu:
+    return msprof_py.adapter.install()
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo(npu: SimulatedNpu) -> Iterator[None]:
+    """Each test compiles from scratch and counts its own recompiles."""
+    backend.reset()
+    gc.collect()  # graphs of earlier tests leave compiled_graphs()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
+    """Records of everything the device does during one test."""
+    records = TaskLog()
+    npu.subscribe(records)
+    yield records
+    npu.unsubscribe(records)
