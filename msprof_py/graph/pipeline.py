@@ -34,8 +34,10 @@ class GraphPlan:
 def plan_graph(graph: Graph, spec: DeviceSpec, *, fuse: bool = True) -> GraphPlan:
     """Run the passes, the memory planner and the stream planner over ``graph``."""
     passed = run_passes(graph, spec, fuse=fuse)
-    memory = plan_memory(graph, passed.kernels)
+    # streams first: the memory plan only shares bytes between kernels of different streams
+    # when the waits order them
     streams = plan_streams(graph, passed.kernels)
+    memory = plan_memory(graph, streams.kernels)
     return GraphPlan(
         graph,
         tuple(streams.kernels),

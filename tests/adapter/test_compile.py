@@ -21,7 +21,9 @@ def test_default_backend_runs_and_ops_reach_the_device(npu: SimulatedNpu, log: T
         out = compiled(x.to("npu"))
         out.sum().backward()
         names = {t.op_type for t in log.tasks[start:]}
-        assert {"Conv2D", "Conv2DBackpropFilter", "BNTrainingUpdate"} <= names
+        # graph mode fuses the training BatchNorm with its ReLU (one kernel, GE's name)
+        assert {"Conv2D", "Conv2DBackpropFilter", "BNTrainingUpdateReluV2"} <= names
+        assert "Relu" not in names
         launches = [h.name for h in log.host[host_start:] if h.name.startswith("ModelExecute")]
         assert len(launches) == 2  # the forward and the backward graph
     eager = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten())
