@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import compute, copies, memory, syncs, timeline
+from msprof_py.analyzers import batchscale, compute, copies, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
@@ -289,7 +289,9 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
         return spec.ok(data.rank, {**evidence, "why": why})
     k = best / batch
     per_step, busy_step = step / data.n_steps, busy / data.n_steps
-    new_step = max(per_step, k * busy_step)  # device work grows with the batch, host stays
+    growth = batchscale.busy_ratio(data, batch, k)
+    evidence["device_work_growth"] = growth
+    new_step = max(per_step, growth * busy_step)  # device work re-costed, host time stays
     now, then = batch / per_step * 1e9, best / new_step * 1e9
     values = {
         "utilisation": u,
@@ -303,6 +305,8 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "speedup": then / now,
     }
     gain = per_step - new_step / k  # step time per current batch of samples
+    evidence.update(modelled_step_us=us(new_step), modelled_throughput=then)
+    evidence["apply"] = {"batch_size": best}
     return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
 
 

@@ -13,7 +13,9 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   npu autocast region the script opens is enabled in DTYPE, and the outermost module call runs
   in one when the script opens none (no GradScaler is added: bf16 does not need one);
   ``{"autocast": null}``: every npu autocast region is disabled (float32 training);
-* ``{"grad_scaler": false}``: every GradScaler is built disabled (its methods pass through).
+* ``{"grad_scaler": false}``: every GradScaler is built disabled (its methods pass through);
+* ``{"batch_size": N}``: the script's own ``--batch-size`` option set to N (a script without
+  one cannot take this recipe).
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ def attention_args(script: str, api: str) -> list[str]:
         if api != "npu_fusion_attention" or '"--attention"' not in f.read():
             raise SystemExit(f"{script} has no option to run its attention as {api}")
     return ["--attention", "fused"]
+
+
+def batch_size_args(script: str, args: list[str], batch: int) -> list[str]:
+    """``args`` with the script's ``--batch-size`` set to ``batch``."""
+    with open(script, encoding="utf-8") as f:
+        if '"--batch-size"' not in f.read():
+            raise SystemExit(f"{script} has no --batch-size option")
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--batch-size":
+            skip = True
+        elif not arg.startswith("--batch-size="):
+            kept.append(arg)
+    return [*kept, "--batch-size", str(batch)]
 
 
 def apply_autocast(dtype_name: str | None) -> None:
@@ -96,6 +115,8 @@ def main() -> None:
         args = [*args, *attention_args(script, recipe["attention"])]
     elif "autocast" in recipe:
         apply_autocast(recipe["autocast"])
+    elif "batch_size" in recipe:
+        args = batch_size_args(script, args, int(recipe["batch_size"]))
     elif recipe.get("grad_scaler") is False:
         disable_grad_scaler()
     else:

@@ -24,6 +24,9 @@ SAMPLES = ROOT / "sample_runs"
 APPLY = Path(__file__).with_name("apply_fix.py")
 #: measured gain / estimated gain must lie in [1 - TOLERANCE, 1 + TOLERANCE]
 TOLERANCE = 0.25
+#: the samples' batch sizes, for ``analyze --batch-size`` (their inputs are copied once, so
+#: the analysis cannot read the batch off a per-step input copy)
+SAMPLE_BATCH = {"resnet": 8}
 SAMPLE_ARGV = {
     "resnet": ["train_resnet.py", "--steps", "4"],
     "transformer": ["train_transformer.py", "--steps", "4"],
@@ -37,7 +40,11 @@ CHECKED = [
     ("transformer", "fusion_attention"),
     ("amp-fp32", "amp_fp32_cube"),  # autocast bf16 on the fp32 MLP
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
+    ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
 ]
+#: rules whose gain is per sample, not per step: the measured gain is the step time per
+#: sample before and after, times the old batch (a larger batch makes each step longer)
+PER_SAMPLE = {"low_utilisation"}
 
 
 def _record(folder: Path, argv: list[str]) -> subprocess.Popen:
@@ -48,11 +55,13 @@ def _record(folder: Path, argv: list[str]) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _analysis(folder: Path, proc: subprocess.Popen) -> dict[str, Any]:
+def _analysis(folder: Path, proc: subprocess.Popen, batch: int | None = None) -> dict[str, Any]:
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]
     run = next(folder.glob("msprof_*"))
     cmd = [sys.executable, "-m", "msprof_py.cli_entry", "analyze", str(run), "--json"]
+    if batch is not None:
+        cmd += ["--batch-size", str(batch)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
     return json.loads(done.stdout)
 
@@ -69,7 +78,9 @@ def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
     procs = {}
     for name, (script, *args) in SAMPLE_ARGV.items():
         procs[name] = _record(parent / name, [str(SAMPLES / script), *args])
-    return {name: _analysis(parent / name, proc) for name, proc in procs.items()}
+    return {
+        name: _analysis(parent / name, proc, SAMPLE_BATCH.get(name)) for name, proc in procs.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +90,7 @@ def applied(
     """Each checked sample re-profiled with its finding's recipe applied (in parallel)."""
     parent = tmp_path_factory.mktemp("applied")
     procs = {}
+    batches = {}
     for sample, rule in CHECKED:
         recipe = _finding(baselines[sample], rule)["evidence"].get("apply")
         if recipe is None:
@@ -86,7 +98,8 @@ def applied(
         script, *args = SAMPLE_ARGV[sample]
         argv = [str(APPLY), json.dumps(recipe), str(SAMPLES / script), *args]
         procs[sample, rule] = _record(parent / f"{sample}-{rule}", argv)
-    return {k: _analysis(parent / f"{k[0]}-{k[1]}", p) for k, p in procs.items()}
+        batches[sample, rule] = recipe.get("batch_size", SAMPLE_BATCH.get(sample))
+    return {k: _analysis(parent / f"{k[0]}-{k[1]}", p, batches[k]) for k, p in procs.items()}
 
 
 @pytest.mark.parametrize(("sample", "rule"), CHECKED)
@@ -100,11 +113,20 @@ def test_applied_advice_delivers_its_estimated_gain(
     assert before["status"] == "fired", before["message"]
     assert (sample, rule) in applied, "the finding carries no recipe to apply"
     after = applied[sample, rule]
-    measured = baselines[sample]["headline"]["mean_step_us"] - after["headline"]["mean_step_us"]
+    step_after = after["headline"]["mean_step_us"]
+    if rule in PER_SAMPLE:
+        recipe = before["evidence"]["apply"]
+        step_after *= before["evidence"]["batch_size"] / recipe["batch_size"]
+    measured = baselines[sample]["headline"]["mean_step_us"] - step_after
     estimated = before["estimated_gain_us"]
     assert estimated > 0
     # the RESULTS.md row (seen with pytest -s)
     print(f"\n{sample} {rule}: estimated {estimated:.1f} us, measured {measured:.1f} us, "
           f"ratio {measured / estimated:.2f}")  # fmt: skip
     assert 1 - TOLERANCE <= measured / estimated <= 1 + TOLERANCE, (measured, estimated)
+    if rule in PER_SAMPLE:  # the modelled step at the new batch, the stricter comparison
+        modelled = before["evidence"]["modelled_step_us"]
+        print(f"{sample} {rule}: step at the new batch modelled {modelled:.1f} us, measured "
+              f"{after['headline']['mean_step_us']:.1f} us")  # fmt: skip
+        assert 1 - TOLERANCE <= after["headline"]["mean_step_us"] / modelled <= 1 + TOLERANCE
     assert _finding(after, rule)["status"] == "ok"
