@@ -85,7 +85,8 @@ def test_one_mmad_costs_its_fractals(dtype, acc, cycles) -> None:
 
 
 def test_double_buffering_overlaps_mte2_with_v() -> None:
-    # 4 tiles of 16384 fp16 (32 KiB): copy-in 712 cycles (see above), Exp 128 repeats (32 KiB / 256 B) x 2 = 256,
+    # 4 tiles of 16384 fp16 (32 KiB): copy-in 712 cycles (see above),
+    # Exp 128 repeats (32 KiB / 256 B) x 2 = 256,
     # copy-out UB->GM 32 KiB at 108.4 GiB/s = 64.6631 B/cycle: 506.8 -> 507.
     # depth 1: a tile's copy waits for the previous Exp to free the buffer:
     #   4 x (712 + 256) + 507 = 4379
@@ -114,7 +115,8 @@ def test_double_buffering_overlaps_mte2_with_v() -> None:
 
 
 def test_add_kernel_depth_two_hand_computed() -> None:
-    # 8 tiles of 4096 fp16 (8 KiB): two copies of 322 each, Add 32 repeats (8 KiB / 256 B) = 32 cycles.
+    # 8 tiles of 4096 fp16 (8 KiB): two copies of 322 each,
+    # Add 32 repeats (8 KiB / 256 B) = 32 cycles.
     # depth 1: copies of tile i+1 wait for Add i: 8 x (644 + 32) + out; depth 2: 8 x 644 + 32 +
     # out, out = UB->GM 8 KiB at 57.8 GiB/s = 34.4790 B/cycle: 237.6 -> 238
     n = 8 * 4096
