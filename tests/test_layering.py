@@ -31,12 +31,22 @@ def test_device_imports_only_itself_from_the_package_and_never_torch() -> None:
             assert name.startswith("msprof_py.device"), name
 
 
+def test_kernels_import_only_device_and_themselves_and_never_torch() -> None:
+    for name in _imports(PACKAGE / "kernels"):
+        assert not name.startswith("torch"), name
+        if name.startswith("msprof_py"):
+            assert name.startswith(("msprof_py.device", "msprof_py.kernels")), name
+
+
 def test_acl_does_not_import_torch() -> None:
     assert not any(name.startswith("torch") for name in _imports(PACKAGE / "acl"))
 
 
 def test_importing_device_and_acl_loads_no_torch() -> None:
-    code = "import sys, msprof_py.device, msprof_py.acl; print('torch' in sys.modules)"
+    code = (
+        "import sys, msprof_py.device, msprof_py.acl, msprof_py.kernels, msprof_py.kernels.tik; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
