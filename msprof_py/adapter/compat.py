@@ -7,6 +7,7 @@
   setting is process-wide: on a real device that only slows CPU work, on the simulated one the
   host computes every npu op, and fewer intra-op threads change reduction orders (results differ
   from CPU by an ulp). That call is ignored, so npu ops run with the threads the script has.
+- ``torch.Generator(device="npu")`` (see :mod:`msprof_py.adapter.generators`).
 - ``copy.deepcopy`` of an npu tensor (a module's buffers, ``timm``'s model EMA): torch copies
   the storage's bytes, which the Python backend's storages do not hold; an npu tensor is
   deep-copied by ``clone`` instead (as torch does for storage-less PrivateUse1 tensors), with
@@ -190,9 +191,10 @@ def _patch_compile() -> None:
 
 def apply(npu_module: Any) -> None:
     """Apply every patch (once per process)."""
-    from msprof_py.adapter import module_conversion
+    from msprof_py.adapter import generators, module_conversion
 
     module_conversion.install()
+    generators.install()
     _patch_save()
     _patch_deepcopy()
     _patch_pin_memory_threads()

@@ -131,3 +131,16 @@ def test_deepcopy_of_npu_modules_and_tensors(npu: SimulatedNpu) -> None:
     assert u.requires_grad and u.is_leaf and u.tag == "ema" and torch.equal(u.cpu(), t.cpu())
     pair = copy.deepcopy([t, t])
     assert pair[0] is pair[1]  # the memo keeps one copy of one tensor
+
+
+def test_npu_generators_draw_as_cpu_generators_of_the_same_seed(npu: SimulatedNpu) -> None:
+    gen = torch.Generator(device="npu").manual_seed(3)
+    assert gen.device == torch.device("npu", 0)
+    assert isinstance(gen, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    ref = torch.Generator().manual_seed(3)
+    assert torch.equal(
+        torch.randn(4, generator=gen, device="npu").cpu(), torch.randn(4, generator=ref)
+    )
+    x = torch.empty(6, device="npu").uniform_(generator=gen)
+    assert torch.equal(x.cpu(), torch.empty(6).uniform_(generator=ref))
+    assert torch.Generator("cpu").device == torch.device("cpu")
