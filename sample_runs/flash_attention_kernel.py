@@ -429,3 +429,48 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- as a PyTorch op (used from training scripts; needs torch) ----------------------------
+
+
+def register_flash_attention(name: str = "msprof_samples::flash_attention"):
+    """Register :func:`flash_attention` as a torch op ``fa(q, kt, v, mask) -> out``
+    (q, v: B, H, N, D fp16; kt: B, H, D, N; mask: B, N additive fp32), with the standard
+    attention backward written in torch ops (recomputing the probabilities)."""
+    import torch
+
+    from msprof_py.kernels.torch_op import register
+
+    def tiling(q, kt, v, mask):
+        b, h, n, d = q.shape
+        blocks = b * h * (n // BR)
+        return (
+            np.zeros(blocks * BR * BC, np.float32),
+            np.zeros(blocks * BR * BC, np.float16),
+            np.zeros(blocks * BR * d, np.float32),
+            FaTiling(b * h, n, d, 1.0 / math.sqrt(d), n // BR, n // BC, h),
+        )
+
+    def backward(inputs, outputs, grads):
+        q, kt, v, mask = inputs
+        (g,) = grads
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        qf, ktf, vf, gf = q.float(), kt.float(), v.float(), g.float()
+        p = torch.softmax(qf @ ktf * scale + mask[:, None, None, :], dim=-1)
+        dv = p.transpose(-1, -2) @ gf
+        dp = gf @ vf.transpose(-1, -2)
+        ds = p * (dp - (dp * p).sum(dim=-1, keepdim=True)) * scale
+        dq = ds @ ktf.transpose(-1, -2)
+        dkt = qf.transpose(-1, -2) @ ds
+        return dq.to(q.dtype), dkt.to(kt.dtype), dv.to(v.dtype), None
+
+    return register(
+        name,
+        flash_attention,
+        block_dim=lambda q, kt, v, mask: q.shape[0] * q.shape[1] * (q.shape[2] // BR),
+        shape_fn=lambda q, kt, v, mask: [(q.shape, q.dtype)],
+        tiling=tiling,
+        backward=backward,
+        strict_sync=False,
+    )

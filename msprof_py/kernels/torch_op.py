@@ -11,7 +11,8 @@
     z = scaled_add(x_npu, y_npu)                          # also torch.ops.mylib.scaled_add
 
 The kernel is called as ``kernel(*inputs, *outputs, *tiling(*inputs))`` with numpy arrays (GM
-tensors); it writes the outputs. On ``npu`` tensors the op
+tensors); it writes the outputs (``tiling`` may return arrays too: GM workspaces). On
+``npu`` tensors the op
 
 - computes its values with the DSL on the host views of its inputs (the simulator's numpy
   arithmetic, fp16 rounding included);
@@ -114,6 +115,7 @@ class KernelOp:
         tiling: Callable[..., Sequence[Any]] | None = None,
         backward: Callable[..., Sequence[torch.Tensor | None]] | None = None,
         chip: str | None = None,
+        strict_sync: bool = True,
     ) -> None:
         if "::" not in name:
             raise ValueError(f"register: name must be 'namespace::op', got {name!r}")
@@ -124,6 +126,7 @@ class KernelOp:
         self.shape_fn = shape_fn
         self.tiling = tiling
         self.chip = chip
+        self.strict_sync = strict_sync
         self.n_inputs = len(inspect.signature(shape_fn).parameters)
         self._costs: dict[tuple, KernelCost] = {}
         #: launches simulated (values or cost), for tests and curiosity
@@ -157,11 +160,24 @@ class KernelOp:
         extra = tuple(self.tiling(*inputs)) if self.tiling else ()
         bd = self.block_dim(*inputs) if callable(self.block_dim) else self.block_dim
         self.simulations += 1
-        return launch(self.kernel, bd, *arrays, *outs, *extra, chip=self.chip, name=self.short_name)
+        return launch(
+            self.kernel,
+            bd,
+            *arrays,
+            *outs,
+            *extra,
+            chip=self.chip,
+            name=self.short_name,
+            strict_sync=self.strict_sync,
+        )
 
     def _key(self, inputs: Sequence[torch.Tensor]) -> tuple:
         extra = tuple(self.tiling(*inputs)) if self.tiling else ()
-        return (tuple((tuple(t.shape), t.dtype) for t in inputs), repr(extra), self.chip)
+        described = tuple(
+            ("array", a.shape, str(a.dtype)) if isinstance(a, np.ndarray) else repr(a)
+            for a in extra
+        )
+        return (tuple((tuple(t.shape), t.dtype) for t in inputs), described, self.chip)
 
     def _impl(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if not inputs or inputs[0].device.type != "npu":
@@ -229,9 +245,11 @@ def register(
     tiling: Callable[..., Sequence[Any]] | None = None,
     backward: Callable[..., Sequence[torch.Tensor | None]] | None = None,
     chip: str | None = None,
+    strict_sync: bool = True,
 ) -> KernelOp:
     """Register ``kernel`` as the torch operator ``name`` ("namespace::op"); see the module
-    docstring for the calling convention, costing and autograd."""
+    docstring for the calling convention, costing and autograd; ``strict_sync`` as in
+    :func:`msprof_py.kernels.launch`)."""
     return KernelOp(
         name,
         kernel,
@@ -240,4 +258,5 @@ def register(
         tiling=tiling,
         backward=backward,
         chip=chip,
+        strict_sync=strict_sync,
     )
