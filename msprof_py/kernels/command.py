@@ -8,6 +8,12 @@ from __future__ import annotations
 import click
 
 
+class OpCliError(click.ClickException):
+    """A bad ``msprof op`` request: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
 @click.command(
     "op",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
@@ -39,14 +45,13 @@ def op(
 
     msprof op --output=opprof python run_kernel.py
     """
-    from msprof_py.cli import CliError
     from msprof_py.kernels.opprof import OpProfError
     from msprof_py.kernels.oprun import run_folder, run_script
 
     try:
         prof = run_script(list(application), kernel_name=kernel_name, launch_count=launch_count)
     except OpProfError as exc:
-        raise CliError(str(exc)) from None
+        raise OpCliError(str(exc)) from None
     folder = prof.write(run_folder(output))
     click.echo(prof.summary())
     more = len(prof.launched) - len(prof.profiles)
