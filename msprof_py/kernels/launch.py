@@ -28,6 +28,20 @@ from msprof_py.kernels.results import BlockResult, CoreResult, LaunchResult
 from msprof_py.kernels.tensors import GlobalTensor
 from msprof_py.kernels.timeline import PIPES
 
+#: callables told about every finished launch (the op profiler subscribes here)
+_OBSERVERS: list[Callable[[LaunchResult], None]] = []
+
+
+def add_observer(observer: Callable[[LaunchResult], None]) -> None:
+    """Call ``observer(result)`` after every launch (until :func:`remove_observer`)."""
+    _OBSERVERS.append(observer)
+
+
+def remove_observer(observer: Callable[[LaunchResult], None]) -> None:
+    """Stop telling ``observer`` about launches (no error if it was not added)."""
+    if observer in _OBSERVERS:
+        _OBSERVERS.remove(observer)
+
 
 def _wrap_args(kernel: Callable[..., Any], args: tuple[Any, ...]) -> tuple[list[Any], dict]:
     try:
@@ -80,7 +94,10 @@ def launch(
         finally:
             deactivate(token)
         states.append(core)
-    return _schedule(the_chip, states, name or getattr(kernel, "__name__", "kernel"), outputs)
+    result = _schedule(the_chip, states, name or getattr(kernel, "__name__", "kernel"), outputs)
+    for observer in list(_OBSERVERS):
+        observer(result)
+    return result
 
 
 def _schedule(
