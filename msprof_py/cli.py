@@ -349,8 +349,10 @@ def _register_subcommands() -> None:
     from msprof_py.gates.command import diff, gate
     from msprof_py.kernels.command import op
     from msprof_py.report.command import report
+    from msprof_py.tune.command import tune_batch
 
     cli.add_command(analyze)
+    cli.add_command(tune_batch)
     cli.add_command(report)
     cli.add_command(gate)
     cli.add_command(diff)
