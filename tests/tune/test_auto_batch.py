@@ -52,7 +52,7 @@ def test_factory_references() -> None:
 @pytest.mark.slow
 def test_the_largest_batch_on_a_small_device(tmp_path: Path) -> None:
     """On a device of 768 MiB, 80% is 614.4 MiB: parameters and gradients (517.5 MiB) leave
-    room for about 120 samples by the hand count (0.754 MiB each), but the allocator's
+    room for about 128 samples by the hand count (0.754 MiB each), but the allocator's
     segments add about 3% at the peak: 112 samples reserve 618 MiB, 96 fit. The tuner
     measures, so it answers 96."""
     spec = tmp_path / "small.toml"
