@@ -30,6 +30,7 @@ RULES: dict[str, Rule] = {
     "transdata_heavy": rules_compute.transdata_heavy,
     "aicpu_fallback": rules_compute.aicpu_fallback,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,
+    "recompile_storm": rules_schedule.recompile_storm,
     "exposed_copies": rules_schedule.exposed_copies,
     "small_copies": rules_schedule.small_copies,
     "sync_in_loop": rules_schedule.sync_in_loop,

@@ -163,18 +163,29 @@ def _aot_kinds(gm: torch.fx.GraphModule, outer: list[NodeKind]) -> dict[str, Nod
 
 
 def _graph_compiler(
-    role: str, graph_id: int, outer: list[NodeKind], config: GraphConfig
+    role: str,
+    graph_id: int,
+    outer: list[NodeKind],
+    config: GraphConfig,
+    code: recompiles.CodeStats | None = None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], CompiledGraph]:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
         if config.mode == REDUCE_OVERHEAD:
             _check_reduce_overhead(gm, example_inputs)
-        return CompiledGraph(
+        compiled = CompiledGraph(
             f"graph{graph_id}_{role}",
             gm,
             _aot_kinds(gm, outer),
             config,
             dynamic=_dynamic(gm, example_inputs),
         )
+        if code is not None:  # for the profile's graphs table
+            compiled.code = {
+                "code": code.code,
+                "compiles": code.compiles,
+                "recompile_limit": code.limit,
+            }
+        return compiled
 
     return compile_graph
 
@@ -190,13 +201,13 @@ def npu_backend(
 ) -> Callable[..., Any]:
     """Compile Dynamo's graph ``gm`` for the simulated NPU (the ``"npu"`` backend)."""
     cfg = resolve_config(config, mode, options)
-    recompiles.note_graph()
+    code = recompiles.note_graph()
     graph_id = next(_GRAPH_IDS)
     outer = _outer_kinds(gm, example_inputs)
     compiler = aot_autograd(
-        fw_compiler=_graph_compiler("forward", graph_id, outer, cfg),
-        bw_compiler=_graph_compiler("backward", graph_id, outer, cfg),
-        inference_compiler=_graph_compiler("inference", graph_id, outer, cfg),
+        fw_compiler=_graph_compiler("forward", graph_id, outer, cfg, code),
+        bw_compiler=_graph_compiler("backward", graph_id, outer, cfg, code),
+        inference_compiler=_graph_compiler("inference", graph_id, outer, cfg, code),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
         decompositions=dict(decompositions) if decompositions else {},
