@@ -87,6 +87,8 @@ class CompiledGraph:
         self.config = config
         self.dynamic = dynamic
         self.calls = 0
+        #: the plan the latest call launched (None before the first call)
+        self.last_plan: GraphPlan | None = None
         #: input signature -> {kernel signature -> plan}
         self._plans: dict[tuple, dict[tuple, GraphPlan]] = {}
         self._order = [n for n in gm.graph.nodes]
@@ -130,6 +132,7 @@ class CompiledGraph:
         )
         plan = self._plan(state, signature, kernel_key, produced, captured, spans)
         self.calls += 1
+        self.last_plan = plan
         self._launch(state, plan, result)
         return result
 
@@ -191,7 +194,12 @@ class CompiledGraph:
             graph = fx_import.import_graph(
                 self.name, self.gm, produced, kernels, self.kinds, dynamic=self.dynamic
             )
-            plan = by_kernels[kernel_key] = plan_graph(graph, state.npu.spec, fuse=self.config.fuse)
+            plan = by_kernels[kernel_key] = plan_graph(
+                graph,
+                state.npu.spec,
+                fuse=self.config.fuse,
+                single_stream=self.config.single_stream,
+            )
         return plan
 
     def _launch(self, state: AdapterState, plan: GraphPlan, result: Any) -> None:
