@@ -124,9 +124,11 @@ class RunResult:
     batch: int
     #: simulated ns of each step, from a synchronized device to a synchronized device
     step_ns: list[int] = field(default_factory=list)
-    #: host launches / device kernels of the last step
+    #: host launches / device kernels of the last step, and how many of the launches were
+    #: graph launches (``ModelExecute``)
     launches: int = 0
     kernels: int = 0
+    graph_launches: int = 0
     peak_bytes: int = 0
     #: kernels of the graphs' last plans that fusion made from several nodes (0 in eager)
     fused_kernels: int = 0
@@ -156,6 +158,7 @@ class _StepCounter:
 
     def __init__(self) -> None:
         self.launches = 0
+        self.graph_launches = 0
         self.kernels = 0
         self.compile_ns = 0
 
@@ -164,6 +167,7 @@ class _StepCounter:
         value = getattr(kind, "value", None)
         if value == "launch":
             self.launches += 1
+            self.graph_launches += record.name.startswith("ModelExecute")
         elif value == "kernel":
             self.kernels += 1
         elif value == "api" and record.name.startswith("compile "):
@@ -221,6 +225,7 @@ def run_variant(name: str, compiled: bool, amp: bool, work: Workload) -> RunResu
         npu.unsubscribe(counter)
         result.step_ns.append(npu.engine.host_ns - start)
         result.launches, result.kernels = counter.launches, counter.kernels
+        result.graph_launches = counter.graph_launches
         result.compile_ns += counter.compile_ns
     result.peak_bytes = torch.npu.max_memory_allocated()
     if compiled:
