@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+#: test processes (pytest-xdist; whole files per process, so module fixtures are shared):
+#: most tests wait on a recorded subprocess, so two use a 2-core machine fully
+TEST_WORKERS ?= 2
 
 .PHONY: demo test test-all lint bench clean
 
@@ -18,12 +21,12 @@ demo: $(STAMP)  ## the main job: profile the ResNet sample on the simulated NPU
 test: $(STAMP)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-all: $(STAMP)  ## everything, slow tests included (the whole OpInfo database ...)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -m "slow or not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow or not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -347,12 +347,16 @@ def devices(spec_file: str | None, as_json: bool) -> None:
 def _register_subcommands() -> None:
     from msprof_py.analyzers.command import analyze
     from msprof_py.gates.command import diff, gate
+    from msprof_py.kernels.command import op
     from msprof_py.report.command import report
+    from msprof_py.tune.command import tune_batch
 
     cli.add_command(analyze)
+    cli.add_command(tune_batch)
     cli.add_command(report)
     cli.add_command(gate)
     cli.add_command(diff)
+    cli.add_command(op)
 
 
 _register_subcommands()

@@ -7,6 +7,12 @@
   setting is process-wide: on a real device that only slows CPU work, on the simulated one the
   host computes every npu op, and fewer intra-op threads change reduction orders (results differ
   from CPU by an ulp). That call is ignored, so npu ops run with the threads the script has.
+- ``torch.Generator(device="npu")`` (see :mod:`msprof_py.adapter.generators`).
+- ``copy.deepcopy`` of an npu tensor (a module's buffers, ``timm``'s model EMA): torch copies
+  the storage's bytes, which the Python backend's storages do not hold; an npu tensor is
+  deep-copied by ``clone`` instead (as torch does for storage-less PrivateUse1 tensors), with
+  its ``requires_grad``, gradient and Python attributes. Tensors sharing one storage come out
+  as separate copies.
 - ``torch.compile``'s default backend (inductor) cannot lower npu graphs; for graphs with npu
   inputs it is replaced by the ``"npu"`` graph-mode backend (:mod:`msprof_py.graph.backend`).
 - The ``"npu"`` backend is registered with Dynamo's registry as soon as Dynamo's registry
@@ -15,6 +21,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.abc
 import importlib.util
@@ -70,6 +77,28 @@ def _patch_accelerator(npu_module: Any) -> None:
         memory = getattr(torch.accelerator, "memory", None)
         if memory is not None and getattr(memory, name, None) is not None:
             setattr(memory, name, _forward(getattr(memory, name), getattr(npu_module, target)))
+
+
+def _patch_deepcopy() -> None:
+    original = torch.Tensor.__deepcopy__
+
+    @functools.wraps(original)
+    def deepcopy(self: torch.Tensor, memo: dict[int, Any]) -> torch.Tensor:
+        if type(self) is not torch.Tensor or self.device.type != "npu" or not self.is_leaf:
+            return original(self, memo)
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone(memory_format=torch.preserve_format)
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        if self.__dict__:
+            new.__dict__ = copy.deepcopy(self.__dict__, memo)
+        return new
+
+    torch.Tensor.__deepcopy__ = deepcopy  # type: ignore[method-assign]
 
 
 def _patch_pin_memory_threads() -> None:
@@ -162,10 +191,12 @@ def _patch_compile() -> None:
 
 def apply(npu_module: Any) -> None:
     """Apply every patch (once per process)."""
-    from msprof_py.adapter import module_conversion
+    from msprof_py.adapter import generators, module_conversion
 
     module_conversion.install()
+    generators.install()
     _patch_save()
+    _patch_deepcopy()
     _patch_pin_memory_threads()
     _patch_accelerator(npu_module)
     _patch_compile()

@@ -5,8 +5,9 @@ path (``ResNet/Sequential/Bottleneck/Conv2d``) says what kind of layer an op bel
 instance path (``layer2.0.conv1``, the name ``named_modules()`` and ``state_dict()`` use) says
 which one. A module's name is its attribute name in the module that called it, looked up once
 per (parent, child) pair; a module called by a module that does not own it is named by its
-class. ``torch.compile``'s wrapper (``OptimizedModule``) is transparent: its ``_orig_mod``
-takes the wrapper's name.
+class. ``torch.compile``'s wrapper (``OptimizedModule``) stands for the module it compiled
+(its ``_orig_mod``, under the wrapper's name), so a graph launched by a compiled module is
+attributed to that module.
 """
 
 from __future__ import annotations
@@ -19,14 +20,19 @@ INSTANCE_SEP = "."
 
 
 class ModuleStack:
-    """The modules being run, innermost last, with their joined paths kept current."""
+    """The modules being run, innermost last, with their joined paths kept current.
 
-    __slots__ = ("_classes", "_modules", "_names", "_paths", "class_path", "instance_path")
+    A module pushed while it is already the innermost one (a compiled module: its wrapper's
+    hook enters it, then its own hook fires when Dynamo runs it eagerly) adds no level to the
+    paths.
+    """
+
+    __slots__ = ("_class_paths", "_modules", "_names", "_paths", "class_path", "instance_path")
 
     def __init__(self) -> None:
         self._modules: list[Any] = []
-        self._classes: list[str] = []
-        #: instance path of every level (the joined path, so pop is free)
+        #: class path and instance path of every level (joined, so pop is free)
+        self._class_paths: list[str] = []
         self._paths: list[str] = []
         self._names: dict[tuple[int, int], str] = {}
         #: ``Model/Block/Conv2d`` of the innermost module ("" outside any module)
@@ -40,26 +46,28 @@ class ModuleStack:
     def push(self, module: Any) -> None:
         """``module``'s forward starts."""
         parent = self._modules[-1] if self._modules else None
-        self._classes.append(type(module).__name__)
-        self.class_path = CLASS_SEP.join(self._classes)
         if parent is None:
-            path = ""
+            cls, path = type(module).__name__, ""
+        elif parent is module:
+            cls, path = self.class_path, self.instance_path
         else:
+            cls = f"{self.class_path}{CLASS_SEP}{type(module).__name__}"
             name = self._name(parent, module)
-            above = self._paths[-1]
+            above = self.instance_path
             path = f"{above}{INSTANCE_SEP}{name}" if above else name
-        self._paths.append(path)
         self._modules.append(module)
-        self.instance_path = path
+        self._class_paths.append(cls)
+        self._paths.append(path)
+        self.class_path, self.instance_path = cls, path
 
     def pop(self) -> None:
         """The innermost module returned (no-op on an empty stack)."""
         if not self._modules:
             return
         self._modules.pop()
-        self._classes.pop()
+        self._class_paths.pop()
         self._paths.pop()
-        self.class_path = CLASS_SEP.join(self._classes)
+        self.class_path = self._class_paths[-1] if self._class_paths else ""
         self.instance_path = self._paths[-1] if self._paths else ""
 
     def _name(self, parent: Any, module: Any) -> str:

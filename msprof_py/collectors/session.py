@@ -360,16 +360,23 @@ class Session:
             index = optimizers.setdefault(id(optimizer), len(optimizers))
             steps.mark_step(f"optimizer#{index}")
 
+        is_compiling = torch.compiler.is_compiling
+
         def enter_module(module: Any, args: Any) -> None:
-            if not _is_compiled_wrapper(module):  # the compiled module's own call: no level
-                recorder.modules.push(module)
+            # Dynamo traces global hooks into the graphs it compiles: a hook that did anything
+            # there would add guards (and a recompile) to the user's graph
+            if is_compiling():
+                return
+            # a compiled module's wrapper stands for the module it compiled
+            recorder.modules.push(module._orig_mod if _is_compiled_wrapper(module) else module)
 
         def leave_module(module: Any, args: Any, output: Any) -> None:
-            if not _is_compiled_wrapper(module):
+            if not is_compiling():
                 recorder.modules.pop()
 
         # torch.compile(module) warns that global module hooks fire once more for the
-        # OptimizedModule wrapper: these hooks skip it, so module paths stay as in eager mode
+        # OptimizedModule wrapper: it enters the module it compiled, whose own hook (when
+        # Dynamo runs it eagerly) adds no second level, so module paths stay as in eager mode
         warnings.filterwarnings("ignore", message=COMPILE_HOOKS_WARNING, category=UserWarning)
 
         self._watch_process_group()

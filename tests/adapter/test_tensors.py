@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
 import torch
+from torch import nn
 
 from msprof_py.device import SimulatedNpu, TaskKind, TaskLog
 
@@ -110,3 +112,35 @@ def test_python_numbers_in_tensor_arguments(npu: SimulatedNpu) -> None:
     assert torch.equal(torch.remainder(x.to("npu"), 4).cpu(), torch.remainder(x, 4))
     assert (torch.arange(6, device="npu") + 2.5).dtype == torch.float32
     assert (torch.ones(3, dtype=torch.float16, device="npu") * 2.5).dtype == torch.float16
+
+
+def test_deepcopy_of_npu_modules_and_tensors(npu: SimulatedNpu) -> None:
+    """timm's model EMA deep-copies a model already on the device: buffers, parameters, tied
+    weights and a tensor's attributes come out equal and independent (it segfaulted: torch
+    copied storage bytes the Python backend's storages do not hold)."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to("npu")
+    model(torch.randn(2, 3, 8, 8, device="npu")).sum().backward()
+    twin = copy.deepcopy(model)
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values(), strict=True):
+        assert b.device.type == "npu" and torch.equal(a.cpu(), b.cpu())
+    twin[1].running_mean.add_(1.0)
+    assert not torch.equal(model[1].running_mean.cpu(), twin[1].running_mean.cpu())
+    t = torch.randn(3, device="npu", requires_grad=True)
+    t.tag = "ema"
+    u = copy.deepcopy(t)
+    assert u.requires_grad and u.is_leaf and u.tag == "ema" and torch.equal(u.cpu(), t.cpu())
+    pair = copy.deepcopy([t, t])
+    assert pair[0] is pair[1]  # the memo keeps one copy of one tensor
+
+
+def test_npu_generators_draw_as_cpu_generators_of_the_same_seed(npu: SimulatedNpu) -> None:
+    gen = torch.Generator(device="npu").manual_seed(3)
+    assert gen.device == torch.device("npu", 0)
+    assert isinstance(gen, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    ref = torch.Generator().manual_seed(3)
+    assert torch.equal(
+        torch.randn(4, generator=gen, device="npu").cpu(), torch.randn(4, generator=ref)
+    )
+    x = torch.empty(6, device="npu").uniform_(generator=gen)
+    assert torch.equal(x.cpu(), torch.empty(6).uniform_(generator=ref))
+    assert torch.Generator("cpu").device == torch.device("cpu")

@@ -165,6 +165,7 @@ def big_profile(
             "input_dtypes": "float16;float16",
             "module": "Model/Linear",
             "sequence": -1,
+            "module_path": "fc",
         }
     )
     launches = ops.assign(
@@ -178,6 +179,7 @@ def big_profile(
         input_shapes="",
         input_dtypes="",
         module="",
+        module_path="",
     )
     host = pd.concat([ops, launches], ignore_index=True)
     bounds = np.searchsorted(step, np.arange(n_steps))

@@ -35,7 +35,7 @@ def test_one_host_launch_per_graph_call_and_fewer_than_eager(
 ) -> None:
     torch.manual_seed(0)
     base = cnn()
-    eager = copy.deepcopy(base).to("npu")  # (deep-copying an npu module is not supported)
+    eager = copy.deepcopy(base).to("npu")
     compiled = torch.compile(base.to("npu"), backend="npu")
     x = torch.randn(2, 3, 8, 8).to("npu")
     for _ in range(2):  # the first step converts weights to their kernel formats

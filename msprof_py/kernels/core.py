@@ -1,0 +1,105 @@
+"""`CoreState`: one block running on one core - its buffers' bytes, its timeline, its index.
+
+Kernel API functions (DataCopy, Add, Mmad, SetFlag...) find the running block through
+:func:`current` and dispatch through :meth:`CoreState.issue`, which turns tensor operands into
+byte regions, applies the waits queues impose and schedules the instruction on the timeline.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+
+import numpy as np
+
+from msprof_py.kernels.chip import Buffer, Chip
+from msprof_py.kernels.errors import KernelError
+from msprof_py.kernels.tensors import GlobalTensor, LocalTensor
+from msprof_py.kernels.timeline import Instr, Pipe, Timeline
+
+Operand = LocalTensor | GlobalTensor
+#: an operand and how many of its bytes the instruction touches
+Access = tuple[Operand, int]
+
+_CURRENT: contextvars.ContextVar[CoreState | None] = contextvars.ContextVar(
+    "msprof_kernel_core", default=None
+)
+
+
+class CoreState:
+    """The state of one block while its kernel body runs."""
+
+    def __init__(self, chip: Chip, block_idx: int, block_dim: int, *, strict: bool = True) -> None:
+        self.chip = chip
+        self.block_idx = block_idx
+        self.block_dim = block_dim
+        self.timeline = Timeline(strict=strict, event_ids=chip.event_ids)
+        self.memory: dict[Buffer, np.ndarray] = {
+            buf: np.zeros(size, dtype=np.uint8) for buf, size in chip.capacity.items()
+        }
+        #: bytes of each buffer handed out so far (TPipe.InitBuffer / TIK tensors)
+        self.used: dict[Buffer, int] = dict.fromkeys(chip.capacity, 0)
+        #: True once a cube-side buffer or pipe is used (the block needs a cube core)
+        self.uses_cube = False
+
+    def issue(
+        self,
+        pipe: Pipe,
+        name: str,
+        cycles: int,
+        *,
+        reads: Sequence[Access] = (),
+        writes: Sequence[Access] = (),
+        nbytes: int = 0,
+        detail: str = "",
+    ) -> Instr:
+        """Schedule one instruction that reads and writes the given operand bytes."""
+        waits: list[tuple[str, int]] = []
+        for tensor, _ in (*reads, *writes):
+            slot = getattr(tensor, "slot", None)
+            if slot is not None and slot.pending is not None:
+                waits.append(slot.pending)
+            if isinstance(tensor, LocalTensor) and tensor.buffer in _CUBE_BUFFERS:
+                self.uses_cube = True
+        if pipe in (Pipe.M, Pipe.MTE1, Pipe.FIX):
+            self.uses_cube = True
+        instr = self.timeline.issue(
+            pipe,
+            name,
+            cycles,
+            nbytes=nbytes,
+            reads=tuple(t.region(n) for t, n in reads),
+            writes=tuple(t.region(n) for t, n in writes),
+            not_before=waits,
+            detail=detail,
+        )
+        for tensor, _ in reads:
+            slot = getattr(tensor, "slot", None)
+            if slot is not None:
+                slot.last_pipe = pipe
+        for tensor, _ in writes:
+            slot = getattr(tensor, "slot", None)
+            if slot is not None:
+                slot.last_pipe = slot.last_writer = pipe
+        return instr
+
+
+_CUBE_BUFFERS = frozenset({Buffer.L1, Buffer.L0A, Buffer.L0B, Buffer.L0C})
+
+
+def current() -> CoreState:
+    """The block whose kernel body is running; raises outside :func:`launch`."""
+    core = _CURRENT.get()
+    if core is None:
+        raise KernelError("kernel API called outside a kernel: run the body with launch()")
+    return core
+
+
+def activate(core: CoreState | None) -> contextvars.Token:
+    """Make ``core`` the running block (returns the token to restore the previous one)."""
+    return _CURRENT.set(core)
+
+
+def deactivate(token: contextvars.Token) -> None:
+    """Restore the block that ran before :func:`activate`."""
+    _CURRENT.reset(token)

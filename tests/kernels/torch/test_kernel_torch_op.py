@@ -1,0 +1,199 @@
+"""A DSL kernel registered as a torch op: values, autograd, its task in a model profile, and
+the FlashAttention sample kernel from a small transformer."""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import msprof_py
+import msprof_py.adapter
+from msprof_py.kernels import Add, DataCopy, GetBlockIdx, GetBlockNum, TPipe, TPosition, TQue
+from msprof_py.kernels.torch_op import register
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "sample_runs"))
+
+import flash_attention_kernel as fa  # noqa: E402
+
+
+def add_kernel(x, y, z, total: int) -> None:
+    per = total // GetBlockNum()
+    base = GetBlockIdx() * per
+    pipe = TPipe()
+    qx, qy, qz = TQue(TPosition.VECIN, 1), TQue(TPosition.VECIN, 1), TQue(TPosition.VECOUT, 1)
+    for q in (qx, qy, qz):
+        pipe.InitBuffer(q, 1, per * 2)
+    xl, yl = qx.AllocTensor("float16"), qy.AllocTensor("float16")
+    DataCopy(xl, x[base:], per)
+    DataCopy(yl, y[base:], per)
+    qx.EnQue(xl)
+    qy.EnQue(yl)
+    xl, yl = qx.DeQue(), qy.DeQue()
+    zl = qz.AllocTensor("float16")
+    Add(zl, xl, yl, per)
+    qz.EnQue(zl)
+    qx.FreeTensor(xl)
+    qy.FreeTensor(yl)
+    zl = qz.DeQue()
+    DataCopy(z[base:], zl, per)
+    qz.FreeTensor(zl)
+
+
+ADD = register(
+    "msprof_test::dsl_add",
+    add_kernel,
+    block_dim=4,
+    shape_fn=lambda x, y: [(x.shape, x.dtype)],
+    tiling=lambda x, y: (x.numel(),),
+    backward=lambda inputs, outputs, grads: (grads[0], 2 * grads[0]),
+)
+
+
+def _kernel_tasks(rec, op_type: str):
+    tasks = rec.load().tasks
+    return tasks[tasks.op_type == op_type]
+
+
+def test_registered_op_computes_with_the_dsl_on_cpu_and_npu_with_autograd() -> None:
+    x = torch.randn(4096).half()
+    y = torch.randn(4096).half()
+    np.testing.assert_array_equal(ADD(x, y).numpy(), (x.numpy() + y.numpy()))
+    assert torch.ops.msprof_test.dsl_add(x, y)[0].shape == x.shape
+    msprof_py.adapter.install()
+    xn, yn = x.to("npu").requires_grad_(), y.to("npu").requires_grad_()
+    z = ADD(xn, yn)
+    assert z.device.type == "npu"
+    np.testing.assert_array_equal(z.cpu().detach().numpy(), x.numpy() + y.numpy())
+    z.float().sum().backward()
+    assert torch.equal(xn.grad.cpu(), torch.ones(4096, dtype=torch.half))
+    assert torch.equal(yn.grad.cpu(), torch.full((4096,), 2.0, dtype=torch.half))
+
+
+def test_the_op_is_one_task_in_a_model_profile_timed_by_its_pipe_simulation() -> None:
+    from msprof_py.kernels import launch
+
+    x = np.random.default_rng(0).standard_normal(8192).astype(np.float16)
+    sim = launch(add_kernel, 4, x, x, np.zeros_like(x), 8192)
+    with msprof_py.record(tempfile.mkdtemp()) as rec:
+        xn = torch.from_numpy(x).to("npu")
+        for _ in range(2):  # same shape twice: the cost is cached, both tasks alike
+            ADD(xn, xn)
+        torch.npu.synchronize()
+    tasks = _kernel_tasks(rec, "dsl_add")
+    assert len(tasks) == 2
+    spec = sim.chip.spec
+    expected = spec.dispatch.device_sched_ns + round(sim.duration_ns)
+    assert list(tasks.end_ns - tasks.start_ns) == [expected, expected]
+    assert set(tasks.task_type) == {"AI_VECTOR_CORE"} and set(tasks.block_dim) == {4}
+    assert set(tasks.bytes) == {3 * 8192 * 2}
+
+
+SHAPES_ONLY = """
+import json, sys, torch, msprof_py.adapter as ad
+from msprof_py.device import TaskLog
+sys.path.insert(0, {here!r})
+from test_kernel_torch_op import ADD
+npu = ad.install(numerics="none")
+log = TaskLog(); npu.subscribe(log)
+x = torch.ones(8192, dtype=torch.half).to("npu")
+z = ADD(x, x)
+ADD(x, x)
+torch.npu.synchronize()
+tasks = [t.duration_ns for t in log.tasks if t.op_type == "dsl_add"]
+where = z.untyped_storage()._npu.device.type
+print(json.dumps({{"tasks": tasks, "sims": ADD.simulations, "meta": where}}))
+"""
+
+
+@pytest.mark.slow  # a fresh process (~10 s): the device is installed once per process
+def test_shapes_only_mode_costs_the_kernel_without_values() -> None:
+    import json
+    import subprocess
+
+    from msprof_py.kernels import launch
+
+    code = SHAPES_ONLY.format(here=str(Path(__file__).parent))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    x = np.zeros(8192, np.float16)
+    sim = launch(add_kernel, 4, x, x, np.zeros_like(x), 8192)
+    expected = sim.chip.spec.dispatch.device_sched_ns + round(sim.duration_ns)
+    assert got["tasks"] == [expected, expected]
+    assert got["sims"] == 1  # simulated once on zeros, then cached
+    assert got["meta"] == "meta"  # the output holds no values
+
+
+class TinyAttentionBlock(torch.nn.Module):
+    """One self-attention layer whose attention is the FlashAttention DSL kernel."""
+
+    def __init__(self, dim: int, heads: int, attend) -> None:
+        super().__init__()
+        self.heads, self.attend = heads, attend
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        o = self.attend(q, k, v, mask)
+        return self.proj(o.transpose(1, 2).reshape(b, n, c))
+
+
+def test_flash_attention_kernel_equals_numpy_on_a_small_case() -> None:
+    x = fa.make_inputs(2, 1, 128, 64, seed=3)
+    out, result = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"])
+    ref = fa.reference(x["q"], x["k"], x["v"], x["mask"])
+    assert np.abs(out.astype(np.float32) - ref).max() < 1e-2
+    assert result.core_type == "mix" and result.block_dim == 2 * 128 // fa.BR
+
+
+@pytest.mark.slow  # a full 8-block launch (~7 s)
+def test_sampled_flash_attention_time_matches_the_full_launch() -> None:
+    from msprof_py.device.spec import DeviceSpec
+
+    spec = DeviceSpec.load("ascend910b")
+    x = fa.make_inputs(1, 1, 512, 64)
+    _, full = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"])  # 8 blocks x 4 K/V tiles
+    sampled = fa.fa_measure(spec, 1, 1, 512, 64)
+    measured = full.duration_us + spec.dispatch.device_sched_ns / 1e3
+    assert abs(sampled.time_us - measured) / measured < 0.02
+
+
+def test_flash_attention_op_in_a_transformer_matches_sdpa_and_shows_in_the_profile() -> None:
+    op = fa.register_flash_attention("msprof_test::flash_attention")
+
+    def attend(q, k, v, mask):
+        return op(q.contiguous(), k.transpose(-1, -2).contiguous(), v.contiguous(), mask)
+
+    torch.manual_seed(0)
+    block = TinyAttentionBlock(128, 2, attend).half()
+    x = torch.randn(1, 128, 128).half()
+    mask = torch.zeros(1, 128)
+    mask[:, 112:] = -1e4
+    with torch.no_grad():  # forward values vs torch's SDPA on CPU
+        b, n, _ = x.shape
+        q, k, v = block.qkv(x).float().view(b, n, 3, 2, 64).permute(2, 0, 3, 1, 4)
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        mine = attend(q.half(), k.half(), v.half(), mask)
+    assert (mine.float() - sdpa).abs().max() < 1e-2
+    with msprof_py.record(tempfile.mkdtemp()) as rec:
+        model = block.to("npu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loss = model(x.to("npu"), mask.to("npu")).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        torch.npu.synchronize()
+    assert math.isfinite(loss.item())
+    assert model.qkv.weight.grad is not None and model.qkv.weight.grad.abs().sum() > 0
+    tasks = _kernel_tasks(rec, "flash_attention")
+    assert len(tasks) == 1 and tasks.task_type.iloc[0] == "MIX_AIC"
