@@ -91,6 +91,8 @@ class CompiledGraph:
         #: the Dynamo code object compiled into this graph, for the profile (``code``,
         #: ``compiles``, ``recompile_limit``; the backend fills it in, empty when unknown)
         self.code: dict[str, Any] = {}
+        #: the plan the latest call launched (None before the first call)
+        self.last_plan: GraphPlan | None = None
         #: input signature -> {kernel signature -> plan}
         self._plans: dict[tuple, dict[tuple, GraphPlan]] = {}
         self._order = [n for n in gm.graph.nodes]
@@ -134,6 +136,7 @@ class CompiledGraph:
         )
         plan = self._plan(state, signature, kernel_key, produced, captured, spans)
         self.calls += 1
+        self.last_plan = plan
         self._launch(state, plan, result)
         return result
 
@@ -197,7 +200,12 @@ class CompiledGraph:
             graph = fx_import.import_graph(
                 self.name, self.gm, produced, kernels, self.kinds, dynamic=self.dynamic
             )
-            plan = by_kernels[kernel_key] = plan_graph(graph, state.npu.spec, fuse=self.config.fuse)
+            plan = by_kernels[kernel_key] = plan_graph(
+                graph,
+                state.npu.spec,
+                fuse=self.config.fuse,
+                single_stream=self.config.single_stream,
+            )
             publish(state.npu.engine, plan, mode=self.config.mode, compile_ns=compiled, **self.code)
         return plan
 
