@@ -484,6 +484,48 @@ class Engine:
             self._emit_launch(name, host_start, stream, task)
         return task
 
+    def add_pool(self, name: str, capacity: int) -> ResourcePool:
+        """The engine pool ``name`` (DVPP channels ...), created with ``capacity`` units on
+        first use; a later call returns the existing pool."""
+        pool = self.pools.get(name)
+        if pool is None:
+            pool = self.pools[name] = ResourcePool(name, capacity)
+        return pool
+
+    def submit_unit_task(
+        self,
+        stream: Stream,
+        pool: str,
+        units: int,
+        duration_ns: int,
+        *,
+        kind: TaskKind,
+        task_type: TaskType,
+        name: str,
+        op_type: str,
+        nbytes: int = 0,
+        attrs: dict[str, object] | None = None,
+    ) -> TaskRecord:
+        """Run a task of ``duration_ns`` that holds ``units`` units of pool ``pool`` (made with
+        :meth:`add_pool`): in order on ``stream``, waiting for free units like any task; the
+        host pays one runtime API call to submit it."""
+        found = self.pools.get(pool)
+        if found is None:
+            raise DeviceError(f"the device has no engine pool {pool!r}")
+        if duration_ns < 0:
+            raise ValueError("a task cannot take negative time")
+        return self._submit_simple(
+            stream,
+            kind,
+            task_type,
+            name,
+            op_type,
+            duration_ns,
+            ((found, units),),
+            nbytes=nbytes,
+            attrs=attrs,
+        )
+
     def submit_memcpy(
         self,
         stream: Stream,

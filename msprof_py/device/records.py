@@ -20,6 +20,7 @@ class TaskKind(str, enum.Enum):
     EVENT_RECORD = "event_record"
     EVENT_WAIT = "event_wait"
     COLLECTIVE = "collective"
+    DVPP = "dvpp"  # an image task of a DVPP engine (JPEG decode, VPC resize/crop)
 
 
 class TaskType(str, enum.Enum):
@@ -32,6 +33,7 @@ class TaskType(str, enum.Enum):
     HCCL = "HCCL"
     DMA = "DMA"
     EVENT = "EVENT"
+    DVPP = "DVPP"  # the media engines (JPEGD, VPC): their own channels, not AI Cores
 
 
 class CopyKind(str, enum.Enum):
