@@ -51,7 +51,7 @@ from msprof_py.adapter.custom_ops import (
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
 
-__all__ = ["dequant_words", "npu_quant_matmul", "npu_trans_quant_param"]
+__all__ = ["dequant_words", "encode_words", "npu_quant_matmul", "npu_trans_quant_param"]
 
 _OUTPUTS = (torch.int8, torch.float16, torch.bfloat16)
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32)
@@ -82,7 +82,7 @@ def _check_npu(api: str, **tensors: torch.Tensor | None) -> None:
 # ---- npu_trans_quant_param ---------------------------------------------------------------
 
 
-def _encode(scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+def encode_words(scale: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
     """The int64 quant words of float32 ``scale`` (and ``offset``), on host tensors."""
     bits = scale.contiguous().view(torch.int32).to(torch.int64) & _SCALE_MASK
     words = bits | _FLAG_BIT
@@ -126,7 +126,7 @@ def npu_trans_quant_param(scale: torch.Tensor, offset: torch.Tensor | None = Non
             words = torch.empty(t, dtype=torch.int64, device="meta")
         else:
             off = None if offset is None else host(offset).reshape(-1).expand(t)
-            words = _encode(host(scale).reshape(-1), off)
+            words = encode_words(host(scale).reshape(-1), off)
         out = wrap(words.contiguous(), api)
         inputs = [x for x in (scale, offset) if x is not None]
         nbytes = sum(x.numel() * x.element_size() for x in (*inputs, out))
@@ -260,7 +260,9 @@ def _compute(
         acc = (acc.to(torch.int64) + bias.to(torch.int64)).to(torch.int32)
     accf = acc.to(torch.float32)
     if plan.words:
-        words = scale if scale.dtype == torch.int64 else _encode(scale.to(torch.float32), offset)
+        words = (
+            scale if scale.dtype == torch.int64 else encode_words(scale.to(torch.float32), offset)
+        )
         s, o = dequant_words(words)
         y = accf * s
         if plan.output_dtype == torch.float16:
