@@ -16,7 +16,7 @@ import math
 
 import pandas as pd
 
-from msprof_py.analyzers.findings import Finding, RuleSpec
+from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.rules_compute import RuleContext, us
 from msprof_py.device import costmodel
 
@@ -48,6 +48,8 @@ def quantized_on_host(ctx: RuleContext, spec: RuleSpec) -> Finding:
     """Time in host-run quantized ops (their copies, waits and CPU compute)."""
     data = ctx.data
     host = data.host
+    if not (host["kind"] == "op").any():
+        raise Skip("no host ops recorded (the quantized ops are host ops)")
     ops = host[(host["kind"] == "op") & host["name"].astype(str).str.startswith(PREFIX)]
     if ops.empty:
         return spec.ok(data.rank, {"quantized_host_ops": 0})
