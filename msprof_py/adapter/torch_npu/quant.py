@@ -5,7 +5,7 @@ output_dtype=None)`` multiplies int8 matrices on the cube with int32 accumulatio
 dequantises on the way out (FixPipe). The result is computed on the host with exactly this
 integer arithmetic, so it can be checked bitwise:
 
-1. ``acc = x1 @ x2`` in int32 (computed in int64 and wrapped to int32, as two's complement
+1. ``acc = x1 @ x2`` in int32 (computed exactly and wrapped to int32, as two's complement
    int32 accumulation would give), batch axes broadcast;
 2. an int32 ``bias`` is added to ``acc`` in int32;
 3. dequant, by the output dtype:
@@ -241,8 +241,10 @@ def _check_matmul(
 
 
 def _int32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """int8 @ int8 accumulated exactly and wrapped to int32 (two's complement)."""
-    return torch.matmul(a.to(torch.int64), b.to(torch.int64)).to(torch.int32)
+    """int8 @ int8 accumulated exactly and wrapped to int32 (two's complement). The sums are
+    computed in float64, exact while |sum| < 2^53 (k < 2^39 for int8 products <= 2^14)."""
+    exact = torch.matmul(a.to(torch.float64), b.to(torch.float64))
+    return exact.to(torch.int64).to(torch.int32)
 
 
 def _compute(
