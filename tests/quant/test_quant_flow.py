@@ -144,7 +144,7 @@ def test_per_tensor_weights_are_less_accurate_than_per_channel(npu) -> None:
 def test_quantize_needs_a_linear_and_a_batch(npu) -> None:
     from msprof_py import quant
 
-    with pytest.raises(ValueError, match="no nn.Linear"):
+    with pytest.raises(ValueError, match=r"no nn\.Linear"):
         quant.quantize(nn.ReLU(), [torch.ones(2).to("npu")])
     with pytest.raises(ValueError, match="no batch"):
         quant.quantize(_mlp().to("npu"), [])
