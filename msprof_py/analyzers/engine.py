@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from msprof_py.analyzers import rules_attention, rules_cluster, rules_compute, rules_schedule
+from msprof_py.analyzers import (
+    rules_attention,
+    rules_cluster,
+    rules_compute,
+    rules_quant,
+    rules_schedule,
+)
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip, rule_specs
 from msprof_py.analyzers.rules_compute import RuleContext
 
@@ -29,6 +35,7 @@ RULES: dict[str, Rule] = {
     "amp_overhead": rules_compute.amp_overhead,
     "transdata_heavy": rules_compute.transdata_heavy,
     "aicpu_fallback": rules_compute.aicpu_fallback,
+    "quantized_on_host": rules_quant.quantized_on_host,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,
     "recompile_storm": rules_schedule.recompile_storm,
     "exposed_copies": rules_schedule.exposed_copies,

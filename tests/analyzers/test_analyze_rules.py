@@ -454,6 +454,29 @@ def ranks(slow: bool = True, count: int = 2) -> Profile:
     return cluster(*builders) if count > 1 else builders[0].build()
 
 
+def quantized(on_host: bool = True) -> Profile:
+    """A dynamic-quantized Linear on the host: D2H copy, CPU compute, H2D copy (35 us of a
+    100 us step); without: an int8 matmul kernel on the device."""
+    b = busy(base(), 40_000, STEP)
+    if not on_host:
+        b.op("torch_npu.npu_quant_matmul", 0, 1000, [dict(start=1000, end=5000)])
+        return b.build()
+    copy = dict(kind="memcpy", task_type="DMA", pinned=False)
+    b.op(
+        "quantized::linear_dynamic",
+        0,
+        35_000,
+        [
+            dict(start=1000, end=11_000, copy_kind="DEVICE_TO_HOST", bytes=32 * 256 * 4, **copy),
+            dict(start=25_000, end=35_000, copy_kind="HOST_TO_DEVICE", bytes=32 * 512 * 4, **copy),
+        ],
+        input_shapes="32,256",
+        module="Model/Linear",
+    )
+    b.event("python", "quantized::linear_dynamic (host)", 12_000, 24_000)
+    return b.build()
+
+
 def tasks_only() -> Profile:
     b = base()
     b.task(0, 1000)
@@ -495,6 +518,7 @@ CASES: dict[
     "amp_overhead": (amp_in_use, lambda: amp_in_use(False), tasks_only, "no host ops"),
     "transdata_heavy": (transdata, lambda: transdata(False), no_tasks, "no device tasks"),
     "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
+    "quantized_on_host": (quantized, lambda: quantized(False), tasks_only, "no host ops"),
     "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),
     "recompile_storm": (
         storm,

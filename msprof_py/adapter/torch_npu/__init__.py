@@ -17,6 +17,7 @@ from msprof_py.adapter.torch_npu.fused import (
     npu_rotary_mul,
     npu_swiglu,
 )
+from msprof_py.adapter.torch_npu.quant import npu_quant_matmul, npu_trans_quant_param
 
 npu = torch.npu
 __version__ = "2.13.0+msprof"
@@ -28,9 +29,11 @@ __all__ = [
     "npu_format_cast",
     "npu_format_cast_",
     "npu_fusion_attention",
+    "npu_quant_matmul",
     "npu_rms_norm",
     "npu_rotary_mul",
     "npu_swiglu",
+    "npu_trans_quant_param",
     "optim",
     "profiler",
 ]
