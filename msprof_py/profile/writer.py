@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -82,6 +83,7 @@ class RawWriter:
         #: why recording stopped (a full disk ...), or None while it works
         self.failed: str | None = None
         self._last_flush = time.monotonic()
+        self._flush_lock = threading.RLock()
 
     def append(self, table: str, row: tuple) -> None:
         """Add one row; flush the table's chunk when it is full, and every buffered row when
@@ -135,21 +137,28 @@ class RawWriter:
             self.meta.pop("recording_error", None)
 
     def _flush_table(self, name: str) -> None:
-        rows = self._rows[name]
-        if not rows:
-            return
-        if not self.folder.exists():
-            self.write_meta()
-        table: Table = TABLES[name]
-        columns = list(zip(*rows, strict=True))
-        arrays = [pa.array(col, type=c.type) for col, c in zip(columns, table.columns, strict=True)]
-        part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
-        listed = _write_part(pa.Table.from_arrays(arrays, schema=table.schema), part)
-        self.meta["parts"][name].append(listed)
-        self._parts[name] += 1
-        self.rows_written[name] += len(rows)
-        self._rows[name] = []
-        self.write_meta()  # list the part: a crash from now on keeps it
+        # other threads (autograd's, a DataLoader's, the SIGTERM watchdog) append and flush
+        # too: flushes take turns, and each writes the rows buffered when it started (rows
+        # appended meanwhile stay for the next part), so meta.json counts what the parts hold
+        with self._flush_lock:
+            rows = self._rows[name]
+            count = len(rows)
+            if not count:
+                return
+            if not self.folder.exists():
+                self.write_meta()
+            table: Table = TABLES[name]
+            columns = list(zip(*rows[:count], strict=True))
+            arrays = [
+                pa.array(col, type=c.type) for col, c in zip(columns, table.columns, strict=True)
+            ]
+            part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
+            listed = _write_part(pa.Table.from_arrays(arrays, schema=table.schema), part)
+            self.meta["parts"][name].append(listed)
+            self._parts[name] += 1
+            self.rows_written[name] += count
+            del rows[:count]
+            self.write_meta()  # list the part: a crash from now on keeps it
 
     def flush(self) -> None:
         """Write every buffered row and the metadata (nothing at all if no row ever came).
@@ -163,8 +172,9 @@ class RawWriter:
             return
         self._guarded(self._flush_buffers)
         if self.failed is None:
-            self.meta["rows"] = dict(self.rows_written)
-            self._guarded(self.write_meta)
+            with self._flush_lock:
+                self.meta["rows"] = dict(self.rows_written)
+                self._guarded(self.write_meta)
 
     def write_meta(self) -> None:
         """(Re)write ``meta.json``, sealed with its checksum (creating the folder on first
