@@ -151,6 +151,7 @@ def test_default_loader_follows_the_backend(tvn, log, tmp_path) -> None:
     assert len(_dvpp(log)) == 1
 
 
+@pytest.mark.slow
 def test_910a_decode_on_npu_is_a_one_line_error() -> None:
     code = (
         "import io, msprof_py.adapter; msprof_py.adapter.install('ascend910a');"

@@ -54,6 +54,7 @@ def test_quantize_dynamic_runs_on_the_host_between_copies(npu, log: TaskLog) -> 
     )
 
 
+@pytest.mark.slow
 def test_quantized_on_host_rule_fires_on_a_recorded_run() -> None:
     code = """
 import warnings; warnings.filterwarnings("ignore")
@@ -150,6 +151,7 @@ def test_quantize_needs_a_linear_and_a_batch(npu) -> None:
         quant.quantize(_mlp().to("npu"), [])
 
 
+@pytest.mark.slow
 def test_int8_sample_quick_runs() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "sample_runs" / "int8_inference.py"), "--quick"],

@@ -31,6 +31,7 @@ def _importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(HERE))
 
 
+@pytest.mark.slow
 def test_a_trial_measures_the_hand_computed_peak() -> None:
     trial = measure(_spec(64))
     assert not trial.error, trial.error
