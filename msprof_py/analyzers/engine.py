@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from msprof_py.analyzers import rules_attention, rules_cluster, rules_compute, rules_schedule
+from msprof_py.analyzers import (
+    rules_attention,
+    rules_cluster,
+    rules_compute,
+    rules_dynamic,
+    rules_schedule,
+)
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip, rule_specs
 from msprof_py.analyzers.rules_compute import RuleContext
 
@@ -30,6 +36,7 @@ RULES: dict[str, Rule] = {
     "transdata_heavy": rules_compute.transdata_heavy,
     "aicpu_fallback": rules_compute.aicpu_fallback,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,
+    "dynamic_shapes": rules_dynamic.dynamic_shapes,
     "exposed_copies": rules_schedule.exposed_copies,
     "small_copies": rules_schedule.small_copies,
     "sync_in_loop": rules_schedule.sync_in_loop,

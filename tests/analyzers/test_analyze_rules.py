@@ -299,6 +299,22 @@ def dispatch(host_bound: bool = True) -> Profile:
     return b.build()
 
 
+def dynamic(compiles: bool = True) -> Profile:
+    """A MatMul per step on a new shape, compiled online for 4 us each (4% of the step)."""
+    b = base()
+    b.op(
+        "aten::mm",
+        0,
+        1000,
+        [dict(start=5000, end=STEP, op_type="MatMul", input_shapes="8,16;16,16")],
+    )
+    if compiles:
+        b.event("api", "compile MatMul", 1000, 5000)
+    else:
+        b.event("api", "compile graph_0", 1000, 5000)  # a graph compile, not a kernel build
+    return b.build()
+
+
 def copies(exposed: bool = True) -> Profile:
     b = base()
     if exposed:
@@ -475,6 +491,7 @@ CASES: dict[
     "transdata_heavy": (transdata, lambda: transdata(False), no_tasks, "no device tasks"),
     "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
     "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),
+    "dynamic_shapes": (dynamic, lambda: dynamic(False), tasks_only, "no runtime API"),
     "exposed_copies": (copies, lambda: copies(False), no_tasks, "no device tasks"),
     "small_copies": (small, lambda: small(1), no_tasks, "no device tasks"),
     "sync_in_loop": (syncs, lambda: syncs(False), tasks_only, "no host ops"),
