@@ -357,7 +357,7 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
         return
     cost = costmodel.transdata_cost(state.npu.spec, shape, dtype_name(t.dtype), src, dst)
     ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
-    _compile(state, "TransData", ins, outs)
+    compile_kernel(state, "TransData", ins, outs)
     _submit(state, "TransData", "TransData", cost, ins, outs)
     if retag:
         set_storage_format(t, dst, shape)
@@ -488,7 +488,7 @@ def launch_custom(
     if state.meta:  # the kernel writes its outputs: values the host knew are gone
         shapes_only.forget(outputs)
     ins, outs = tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
-    _compile(state, op_type, ins, outs)
+    compile_kernel(state, op_type, ins, outs)
     _submit(state, name, op_type, cost, ins, outs)
 
 
@@ -505,11 +505,11 @@ def launch_shapes(
     nd = formats.ND
     ins = tuple((s, d, nd) for s, d in inputs)
     outs = tuple((s, d, nd) for s, d in outputs)
-    _compile(state, op_type, ins, outs)
+    compile_kernel(state, op_type, ins, outs)
     _submit(state, name, op_type, cost, ins, outs)
 
 
-def _compile(state: AdapterState, op_type: str, ins: tuple, outs: tuple) -> None:
+def compile_kernel(state: AdapterState, op_type: str, ins: tuple, outs: tuple) -> None:
     """Charge the host for building kernel ``op_type`` on a key it has not met yet."""
     if state.capture is None:
         key = (op_type, ins, outs)

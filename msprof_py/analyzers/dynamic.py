@@ -20,7 +20,7 @@ COMPILE_PREFIX = "compile "
 TILING_PREFIX = "tiling "
 
 BUILD_COLUMNS = ["kind", "op_type", "count", "host_ns"]
-SHAPE_COLUMNS = ["op_type", "shapes", "kernels"]
+SHAPE_COLUMNS = ["op_type", "shapes", "new_shapes"]
 
 
 def builds(data: RankData, analysed: bool = True) -> pd.DataFrame:
@@ -52,17 +52,32 @@ def builds(data: RankData, analysed: bool = True) -> pd.DataFrame:
 
 
 def shapes_per_op(data: RankData) -> pd.DataFrame:
-    """Distinct input shapes each kernel op type ran with in the analysed steps, the most
-    first (only op types with more than one)."""
-    k = data.kernel_columns(["op_type", "input_shapes"])
-    if k.empty:
+    """Kernel op types that met input shapes in the analysed steps they had not run with in
+    any earlier step: their distinct shapes in the analysed steps and how many of them were
+    new, the most new first. (One op type on several tensors - a Mul on weights and on
+    biases - repeats its shapes every step and is not listed.)"""
+    every = data.all_tasks
+    every = every.loc[every["kind"] == KERNEL, ["op_type", "input_shapes", "step"]]
+    if every.empty:
         return pd.DataFrame(columns=SHAPE_COLUMNS)
-    g = k.astype(str).groupby("op_type")["input_shapes"].agg(["nunique", "size"])
-    g = g[g["nunique"] > 1].reset_index()
-    g.columns = SHAPE_COLUMNS
-    return g.sort_values(["shapes", "op_type"], ascending=[False, True], kind="stable").reset_index(
-        drop=True
+    every = pd.DataFrame(
+        {
+            "op_type": every["op_type"].astype(str),
+            "shape": every["input_shapes"].astype(str),
+            "step": every["step"].astype("int64"),
+        }
     )
+    analysed = set(data.steps["step"].tolist()) if len(data.steps) else set(every["step"])
+    first = every.groupby(["op_type", "shape"])["step"].min().rename("first").reset_index()
+    here = every[every["step"].isin(analysed)].drop_duplicates(["op_type", "shape"])
+    here = here.merge(first, on=["op_type", "shape"])
+    here["new"] = here["first"].isin(analysed) & (here["first"] == here["step"])
+    g = here.groupby("op_type").agg(shapes=("shape", "size"), new_shapes=("new", "sum"))
+    g = g[g["new_shapes"] > 0].reset_index()
+    g["new_shapes"] = g["new_shapes"].astype("int64")
+    return g.sort_values(
+        ["new_shapes", "op_type"], ascending=[False, True], kind="stable"
+    ).reset_index(drop=True)[SHAPE_COLUMNS]
 
 
 def dynamic_share(data: RankData) -> float:

@@ -45,7 +45,7 @@ def dynamic_shapes(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if count / n < th["min_builds_per_step"] or share < th["min_share"]:
         return spec.ok(data.rank, values)
     jit = bool((table["kind"] == "compile").any())
-    top = ", ".join(f"{r.op_type} ({r.shapes} shapes)" for r in varying.head(3).itertuples())
+    top = ", ".join(f"{r.op_type} ({r.new_shapes} new)" for r in varying.head(3).itertuples())
     values |= {
         "mode": "online compiles, jit_compile=True" if jit else "host tiling of binary kernels",
         "top": top or "none recorded",
