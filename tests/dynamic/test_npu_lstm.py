@@ -9,7 +9,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from msprof_py.adapter.compile_cache import CompileCache
 from msprof_py.device import SimulatedNpu, TaskLog
 
-T, B, I, H = 6, 3, 5, 7
+T, B, I, H = 6, 3, 5, 7  # noqa: E741 - the LSTM sizes
 
 
 def _weights(lstm: torch.nn.LSTM) -> tuple[torch.Tensor, torch.Tensor]:
