@@ -1,13 +1,14 @@
 """An LSTM over variable-length sequences on the simulated NPU: compile modes and fused kernels.
 
-    python sample_runs/lstm_dynamic.py             # 16 batches of 16 sequences, 8-64 steps long
+    python sample_runs/lstm_dynamic.py             # 12 batches of 8 sequences, 8-64 steps long
     python sample_runs/lstm_dynamic.py --quick     # 4 small batches
 
 What the model computes: the forward pass (inference, no gradients) of one LSTM layer
-(``--input`` features, ``--hidden`` units) over batches of ``--batch`` sequences whose lengths
-are drawn uniformly from ``--min-len``..``--max-len`` (seeded): the hidden state of every valid
-step of every sequence, what ``nn.LSTM`` over a ``pack_padded_sequence`` computes. Each batch is
-one step; the step time is the simulated time from the step's start until its device work has
+(``--input`` features, ``--hidden`` units) over batches of ``--batch`` sequences with lengths
+in ``min_len``..``max_len`` (seeded; similar lengths within a batch, as a length-sorting data
+loader gives them, different ones across batches): the hidden state of every valid step of
+every sequence, what ``nn.LSTM`` over a ``pack_padded_sequence`` computes. Each batch is one
+step; the step time is the simulated time from the step's start until its device work has
 finished (the host waits for it), compile and tiling time on the host included. Every variant
 starts with an empty op compile cache, as a fresh process does.
 
@@ -53,8 +54,8 @@ from msprof_py.adapter import runtime
 class Config:
     """Sizes of the run."""
 
-    steps: int = 16
-    batch: int = 16
+    steps: int = 12
+    batch: int = 8
     input: int = 128
     hidden: int = 256
     min_len: int = 8
@@ -89,12 +90,17 @@ class Result:
 
 
 def batches(cfg: Config) -> list[list[int]]:
-    """The sequence lengths of each batch, longest first."""
+    """The sequence lengths of each batch, longest first: as a length-sorting data loader
+    gives them, each batch's sequences are of similar length (a length drawn per batch, each
+    sequence up to an eighth of the length range shorter), the batches' lengths differ."""
     rng = random.Random(cfg.seed)
-    return [
-        sorted((rng.randint(cfg.min_len, cfg.max_len) for _ in range(cfg.batch)), reverse=True)
-        for _ in range(cfg.steps)
-    ]
+    spread = max(0, (cfg.max_len - cfg.min_len) // 8)
+    out = []
+    for _ in range(cfg.steps):
+        top = rng.randint(cfg.min_len, cfg.max_len)
+        lengths = [max(cfg.min_len, top - rng.randint(0, spread)) for _ in range(cfg.batch)]
+        out.append(sorted(lengths, reverse=True))
+    return out
 
 
 def bucket_lengths(cfg: Config) -> list[int]:
