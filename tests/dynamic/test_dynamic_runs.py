@@ -69,6 +69,21 @@ def test_the_rule_fires_on_a_variable_shape_loop_in_jit_mode(
     assert _op_states(run) == {"static"}
 
 
+def _trace_names(run: Path) -> list[str]:
+    with open(run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", encoding="utf-8") as f:
+        return [e.get("name", "") for e in json.load(f)]
+
+
+def test_online_compiles_are_acl_op_compile_events_in_the_trace(
+    npu: SimulatedNpu, cache: CompileCache, tmp_path: Path
+) -> None:
+    run = _record(tmp_path, cache, True, VARIABLE[:2])
+    host = msprof_py.load(run).host_events
+    compiles = host[(host["kind"] == "api") & host["name"].str.startswith("compile ")]
+    events = [n for n in _trace_names(run) if n == "AscendCL@aclopCompileAndExecute"]
+    assert len(events) == len(compiles) == cache.stats().compiles > 0
+
+
 def test_the_rule_stays_quiet_on_a_static_loop(
     npu: SimulatedNpu, cache: CompileCache, tmp_path: Path
 ) -> None:
@@ -98,8 +113,7 @@ CLI = (
 
 def _advisor_problems(run: Path, cwd: Path) -> set[str]:
     proc = subprocess.run(
-        [sys.executable, "-c", CLI, "advisor", "computation", "-d", str(run), "-l", "en",
-         "--agent"],
+        [sys.executable, "-c", CLI, "advisor", "all", "-d", str(run), "-l", "en", "--agent"],
         cwd=cwd, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -108,11 +122,15 @@ def _advisor_problems(run: Path, cwd: Path) -> set[str]:
 
 
 @pytest.mark.slow  # the real advisor takes a while on a 2-core machine
-def test_msprof_analyze_sees_all_dynamic_operators(
+def test_msprof_analyze_reads_op_state_and_the_compiles(
     npu: SimulatedNpu, cache: CompileCache, tmp_path: Path
 ) -> None:
     pytest.importorskip("msprof_analyze")
-    binary = _record(tmp_path / "binary", cache, False, STATIC)
-    jit = _record(tmp_path / "jit", cache, True, STATIC)
-    assert "Operator Dynamic Shape Issues" in _advisor_problems(binary, tmp_path)
-    assert "Operator Dynamic Shape Issues" not in _advisor_problems(jit, tmp_path)
+    binary = _advisor_problems(_record(tmp_path / "binary", cache, False, STATIC), tmp_path)
+    jit = _advisor_problems(_record(tmp_path / "jit", cache, True, VARIABLE), tmp_path)
+    # every kernel dynamic (binary kernels): its dynamic-shape check fires
+    assert "Operator Dynamic Shape Issues" in binary
+    assert "Operator Dynamic Shape Issues" not in jit
+    # 20 or more AscendCL@aclopCompileAndExecute events: its dispatch check fires
+    assert "Operator Dispatch Issues" in jit
+    assert "Operator Dispatch Issues" not in binary
