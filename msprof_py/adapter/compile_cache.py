@@ -22,7 +22,9 @@ every step compiles nothing [U]. Kernels captured into a graph are compiled with
 (:mod:`msprof_py.graph`), not here.
 
 The cache costs one set lookup per launch; it lives with the device for the whole process, as
-the in-memory op cache of a torch_npu process does (there is no on-disk cache across runs).
+the in-memory op cache of a torch_npu process does (there is no on-disk cache across runs), and
+each in-process recording (``msprof_py.record``) starts with it empty, as a fresh process. Past
+``KEY_LIMIT`` keys it is emptied (memory safety only: a run that far is compiling anyway).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ COMPILE_PREFIX = "compile "
 TILING_PREFIX = "tiling "
 
 _ATTR_TYPES = (bool, int, str, torch.dtype, type(None))
+#: keys kept before the cache is emptied
+KEY_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class CompileCache:
 
     def miss(self, engine: Engine, key: tuple, op_types: Iterable[str]) -> None:
         """``key`` is new: remember it and charge the host for each kernel it launches."""
+        if len(self.keys) >= KEY_LIMIT:
+            self.keys.clear()
         self.keys.add(key)
         if self.jit:
             cost, prefix = self.spec.online_compile_ns, COMPILE_PREFIX
