@@ -134,3 +134,16 @@ def test_msprof_analyze_reads_op_state_and_the_compiles(
     # 20 or more AscendCL@aclopCompileAndExecute events: its dispatch check fires
     assert "Operator Dispatch Issues" in jit
     assert "Operator Dispatch Issues" not in binary
+
+
+def test_each_recording_starts_with_an_empty_cache(
+    npu: SimulatedNpu, cache: CompileCache, tmp_path: Path
+) -> None:
+    cache.set_mode(False)
+    counts = []
+    for k in range(2):
+        with msprof_py.record(tmp_path / str(k)) as rec:
+            _train(STATIC[:2])
+        host = rec.load().host_events
+        counts.append(int(host["name"].str.startswith("tiling ").sum()))
+    assert counts[0] == counts[1] == cache.stats().tilings > 0
