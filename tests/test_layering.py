@@ -67,6 +67,23 @@ def test_only_the_torch_op_module_of_kernels_imports_torch_and_nothing_imports_i
         assert "msprof_py.kernels.torch_op" not in _imports_of(path), path.name
 
 
+#: graph mode's planning half: the IR, the passes and the planners work on the torch-free IR
+GRAPH_TORCH_FREE = (
+    "ir.py", "dataflow.py", "fused_cost.py", "memory_plan.py", "stream_plan.py", "pipeline.py",
+)  # fmt: skip
+
+
+def test_graph_planning_never_imports_torch() -> None:
+    graph = PACKAGE / "graph"
+    paths = [graph / name for name in GRAPH_TORCH_FREE] + list((graph / "passes").rglob("*.py"))
+    for path in paths:
+        for name in _imports_of(path):
+            assert not name.startswith("torch"), f"{path.name} imports {name}"
+            if name.startswith("msprof_py"):
+                allowed = ("msprof_py.device", "msprof_py.graph")
+                assert name.startswith(allowed), f"{path.name} imports {name}"
+
+
 def test_acl_does_not_import_torch() -> None:
     assert not any(name.startswith("torch") for name in _imports(PACKAGE / "acl"))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import formats, runtime, shapes_only
+from msprof_py.adapter import formats, host_fallback, runtime, shapes_only
 from msprof_py.adapter.compile_cache import attributes
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
@@ -80,6 +80,8 @@ class OpPlan:
     conv_outputs: Sequence[str] = ()
     #: the op's ``groups`` argument (index 8) enters its cost
     has_groups: bool = False
+    #: no NPU kernel exists: the op runs on the host between copies (:mod:`host_fallback`)
+    host_only: bool = False
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
@@ -124,10 +126,11 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         for i, a in enumerate(schema.arguments)
         if isinstance(a.type, torch.TensorType) and not wraps_numbers
     )
+    host_only = host_fallback.is_host_only(schema.name)
     return OpPlan(
         op,
         base,
-        f"aten::{base}",
+        schema.name if host_only else f"aten::{base}",
         view,
         writes,
         tuple(aliases),
@@ -139,6 +142,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         conv_inputs=formats.conv_input_formats(base, len(schema.arguments)),
         conv_outputs=formats.conv_output_formats(base),
         has_groups=base in _GROUPED,
+        host_only=host_only,
     )
 
 
@@ -154,6 +158,8 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     try:
         if plan.view:
             return op.redispatch(_META_KEYS, *args, **kwargs)
+        if plan.host_only:
+            return host_fallback.run(state, op, plan.name, args, kwargs)
         return execute(state, plan, args, kwargs)
     finally:
         state.leave()

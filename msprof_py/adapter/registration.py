@@ -25,6 +25,17 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
+def _skip_in_dynamo(*functions: object) -> None:
+    """Let Dynamo run ``functions`` without compiling them: torch calls the guard back from C
+    while Dynamo traces (``torch.accelerator.current_stream``), and Dynamo, its frame hook
+    still set, would try to compile the callback and log a graph break for every compiled
+    frame. Uses the C hook Dynamo's own ``skip_code`` uses, so Dynamo is not imported here."""
+    frames = torch._C._dynamo.eval_frame
+    skip = frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT)
+    for fn in functions:
+        frames.set_code_exec_strategy(fn.__code__, skip)  # type: ignore[attr-defined]
+
+
 def register_device() -> None:
     """Name PrivateUse1 ``npu`` and attach the device guard and hooks (once per process).
 
@@ -33,5 +44,8 @@ def register_device() -> None:
     """
     torch.utils.rename_privateuse1_backend("npu")
     torch.utils.generate_methods_for_privateuse1_backend()
+    _skip_in_dynamo(
+        _DeviceGuard.type_, _Hooks.is_available, _Hooks.has_primary_context, _Hooks.is_built
+    )
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_DeviceGuard())

@@ -1,4 +1,5 @@
-"""The import hook that makes ``import torch_npu`` and ``import torchair`` load msprof-py's shims.
+"""The import hook that makes ``import torch_npu``, ``torchair`` and ``torchvision_npu`` load
+msprof-py's shims.
 
 ``torch_npu`` and every ``torch_npu.X`` resolve to ``msprof_py.adapter.torch_npu.X`` (likewise
 ``torchair`` to ``msprof_py.adapter.torchair``): the real module is imported (running its
@@ -17,7 +18,11 @@ from types import ModuleType
 ALIAS = "torch_npu"
 TARGET = "msprof_py.adapter.torch_npu"
 #: alias package -> the shim package it resolves to
-ALIASES = {ALIAS: TARGET, "torchair": "msprof_py.adapter.torchair"}
+ALIASES = {
+    ALIAS: TARGET,
+    "torchair": "msprof_py.adapter.torchair",
+    "torchvision_npu": "msprof_py.adapter.torchvision_npu",
+}
 
 
 class _AliasLoader(importlib.abc.Loader):

@@ -21,6 +21,7 @@ from msprof_py.analyzers import (
     copies,
     engine,
     formats,
+    graphs,
     memory,
     ops,
     syncs,
@@ -50,6 +51,9 @@ class Analysis:
     aicpu: pd.DataFrame
     communication: Section
     findings: list[Finding] = field(default_factory=list)
+    #: graph mode: ``summary`` (compiled vs eager parts of the step, one object per rank),
+    #: ``graphs`` (one row per compiled graph), ``passes`` (what the passes did)
+    graphs: Section = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """One line: the profile, its steps and the findings that fired (a REPL prints it)."""
@@ -199,6 +203,11 @@ def analyze(
             "slow_rank": communication.slow_rank(cluster, per_rank),
         },
         findings=findings,
+        graphs={
+            "summary": [graphs.split(d) for d in data],
+            "graphs": each(graphs.per_graph),
+            "passes": each(graphs.passes),
+        },
     )
 
 

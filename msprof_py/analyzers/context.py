@@ -106,6 +106,11 @@ class RankData:
     all_memory: pd.DataFrame
     cache: dict[str, Any] = field(default_factory=dict, repr=False)
     offsets: dict[str, int] = field(default_factory=dict, repr=False)
+    #: graph mode: every plan of the recording, what the passes tried, the planned kernels
+    #: (the profile's ``graphs``, ``graph_passes``, ``graph_kernels``; empty when eager)
+    graphs: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    graph_passes: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    graph_kernels: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
     def n_steps(self) -> int:
@@ -475,4 +480,7 @@ def prepare(
         all_host=host,
         all_memory=memory,
         offsets=offsets,
+        graphs=one.graphs,
+        graph_passes=one.graph_passes,
+        graph_kernels=one.graph_kernels,
     )

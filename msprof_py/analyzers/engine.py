@@ -14,6 +14,7 @@ from msprof_py.analyzers import (
     rules_cluster,
     rules_compute,
     rules_dynamic,
+    rules_quant,
     rules_schedule,
 )
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip, rule_specs
@@ -35,8 +36,10 @@ RULES: dict[str, Rule] = {
     "amp_overhead": rules_compute.amp_overhead,
     "transdata_heavy": rules_compute.transdata_heavy,
     "aicpu_fallback": rules_compute.aicpu_fallback,
+    "quantized_on_host": rules_quant.quantized_on_host,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,
     "dynamic_shapes": rules_dynamic.dynamic_shapes,
+    "recompile_storm": rules_schedule.recompile_storm,
     "exposed_copies": rules_schedule.exposed_copies,
     "small_copies": rules_schedule.small_copies,
     "sync_in_loop": rules_schedule.sync_in_loop,

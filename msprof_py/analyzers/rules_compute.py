@@ -12,7 +12,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import aicpu, ampplan, formats, optimizer, patterns, recost, timeline
+from msprof_py.analyzers import (
+    aicpu,
+    ampplan,
+    formats,
+    graphs,
+    optimizer,
+    patterns,
+    recost,
+    timeline,
+)
 from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 
@@ -48,21 +57,35 @@ def need_host_ops(data: RankData) -> None:
 
 #: module class names a compiled model's ops run under (torch.compile's wrapper, FX graphs)
 COMPILED_MODULES = ("OptimizedModule", "GraphModule")
+#: the model runs in graph mode: the ops a rule found are those outside the graphs
+GRAPH_NOTE = (
+    " The model already runs in graph mode ({graphs} compiled graph{s}, {share:.0%} of the "
+    "device time): the ops found here run outside the graphs (eager code or graph breaks), "
+    "so compiling that code too (or removing the break) is what applies."
+)
+#: compiled with another backend: ops still run one by one
 COMPILED_NOTE = (
-    " The model is already compiled ({which} in its module path): on this device compiled "
-    "graphs run op by op (aot_eager), so compiling does not remove these kernels."
+    " The model is already compiled ({which} in its module path), but not in graph mode: its "
+    'ops still run one by one; compile with backend="npu" to fuse them and launch one graph.'
 )
 
 
 def compiled_note(data: RankData) -> str:
-    """A sentence for advice when the model is compiled (empty when it is not)."""
+    """A sentence for advice when the model is compiled (empty when it is not): in graph mode
+    (the profile recorded graphs), or with another backend (compiled module paths)."""
     note = data.cache.get("compiled_note")
     if note is None:
-        modules = data.host_ops["module"].astype(object).fillna("").astype(str)
-        found = [m for m in COMPILED_MODULES if modules.str.contains(m, regex=False).any()]
-        note = data.cache["compiled_note"] = (
-            COMPILED_NOTE.format(which=" and ".join(found)) if found else ""
-        )
+        if graphs.compiled(data):
+            split = graphs.split(data)
+            n = split["graphs"]
+            note = GRAPH_NOTE.format(
+                graphs=n, s="s" if n != 1 else "", share=split["graph_device_share"]
+            )
+        else:
+            modules = data.host_ops["module"].astype(object).fillna("").astype(str)
+            found = [m for m in COMPILED_MODULES if modules.str.contains(m, regex=False).any()]
+            note = COMPILED_NOTE.format(which=" and ".join(found)) if found else ""
+        data.cache["compiled_note"] = note
     return note
 
 
@@ -118,8 +141,13 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
     n = data.n_steps
     per_step = len(sel) / n
     saved = float(sel["saved_ns"].sum()) if len(sel) else 0.0
+    outcomes = graphs.pass_outcomes(data, list(spec.extra.get("graph_passes") or []))
     if per_step < spec.thresholds.get("min_per_step", 1) or saved <= 0:
-        return spec.ok(data.rank, {"matches_per_step": per_step})
+        found = spec.ok(
+            data.rank, {"matches_per_step": per_step, "graph_passes": outcomes["records"]}
+        )
+        found.message += (" " + outcomes["sentence"]) if outcomes["sentence"] else ""
+        return found
     groups = match_groups(sel, ["pattern", "ops", "module"], saved_ns=("saved_ns", "sum"))
     top = groups.iloc[0]
     values = match_values(data, sel, per_step, f"x{top['count'] / n:.0f} per step", top)
@@ -128,6 +156,7 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "launches_saved_per_step": float((sel["kernels"] - 1).sum() / n),
         "host_dispatch_saved_us_per_step": us(sel["host_saved_ns"].sum() / n),
         "compiled": bool(compiled_note(data)),
+        "graph_passes": outcomes["records"],
         "ops": [
             {
                 "pattern": r.pattern,
@@ -142,6 +171,7 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
         ],
     }
     finding = spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    finding.message += (" " + outcomes["sentence"]) if outcomes["sentence"] else ""
     finding.advice += compiled_note(data)
     return finding
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import batchscale, compute, copies, memory, syncs, timeline
+from msprof_py.analyzers import batchscale, compute, copies, graphs, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
@@ -53,11 +53,13 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     ops = data.host_ops[["event_id", "start_ns", "end_ns"]]
     ops = ops[ops["event_id"].isin(data.tasks["host_op_id"])]
     per_op = float((ops["end_ns"] - ops["start_ns"]).mean()) if len(ops) else 0.0
+    split = graphs.split(data)
     values = {
         "share": share,
         "time_us": us(idle / data.n_steps),
         "median_kernel_us": us(median),
         "host_per_op_us": us(per_op),
+        "compile": _compile_text(split),
     }
     limit = spec.thresholds["max_median_kernel_us"] * 1e3
     if share < spec.thresholds["min_share"] or median > limit:
@@ -75,10 +77,82 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in top.itertuples()
         ],
         "compiled": bool(compiled_note(data)),
+        "graph_host_share": split["graph_host_share"],
+        "eager_host_ns_per_step": split["eager_host_ns_per_step"],
     }
     finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
     finding.advice += compiled_note(data)
     return finding
+
+
+#: host dispatch share in compiled graphs above which compiling is no longer proposed
+COMPILED_DISPATCH_SHARE = 0.5
+
+
+def _compile_text(split: dict) -> str:
+    """The graph-mode part of the dispatch advice: propose compiling where the dispatch is
+    eager; say so where it already runs in graphs (never propose compiling compiled code)."""
+    if split["compiled"] and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE:
+        return (
+            f"most host time already goes to compiled graphs ({split['graph_host_share']:.0%}, "
+            "one launch per graph call), so compiling more does not help; use"
+        )
+    return (
+        'compile the model in graph mode (torch.compile(model, backend="npu"): one host '
+        "launch per graph call instead of one dispatch per op), or use"
+    )
+
+
+def recompile_storm(ctx: RuleContext, spec: RuleSpec) -> Finding:
+    """A Dynamo code object compiled again and again (up to the limit, then eager)."""
+    data = ctx.data
+    if not graphs.compiled(data):
+        raise Skip("no compiled graphs recorded (graph mode did not run)")
+    table = graphs.recompiles(data)
+    if table.empty:
+        raise Skip("the recorded graphs name no code object (recompile counts unknown)")
+    top = table.iloc[0]
+    compiles, limit = int(top["compiles"]), int(top["limit"])
+    limit_reached = limit > 0 and compiles >= limit
+    host = data.host
+    every = data.graphs
+    names = host["name"].astype(str)
+    # graph compiles only: an eager op's online compile is ``compile <OpType>`` too
+    graph_names = ("compile " + every["graph"].astype(str)).unique()
+    spans = host[(host["kind"] == "api") & names.isin(graph_names)]
+    in_steps = float((spans["end_ns"] - spans["start_ns"]).sum())
+    values = {
+        "code": str(top["code"]),
+        "compiles": compiles,
+        "recompiles": compiles - 1,
+        "graphs": int(top["graphs"]),
+        "limit": limit,
+        "limit_reached": limit_reached,
+        "limit_text": (
+            f": it reached the recompile limit ({limit}), so later new variants run eagerly, "
+            "op by op"
+            if limit_reached
+            else (f", {limit - compiles} below the recompile limit ({limit})" if limit else "")
+        ),
+        "compile_ms": float(every["compile_ns"].sum()) / 1e6,
+        "compile_in_steps_ms": in_steps / 1e6,
+        "share": data.share(in_steps),
+    }
+    evidence = {
+        "code_objects": [
+            {
+                "code": str(r.code),
+                "compiles": int(r.compiles),
+                "limit": int(r.limit),
+                "graphs": int(r.graphs),
+                "example_graph": str(r.example),
+            }
+            for r in table.head(5).itertuples()
+        ],
+    }
+    if compiles - 1 < spec.thresholds["min_recompiles"] and not limit_reached:
+        return spec.ok(data.rank, {**values, **evidence})
+    return spec.fire(values, values["share"], us(in_steps / data.n_steps), data.rank, evidence)
 
 
 #: what to do about exposed copies of each kind (direction, pinned) - pinning only where the

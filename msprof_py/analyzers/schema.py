@@ -39,6 +39,12 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
 ``formats``         ``summary``, ``transdata`` (by cause op and conversion), ``padding``
 ``aicpu``           AI CPU ops with the reason and what to change
 ``communication``   ``summary``, ``collectives``, ``ranks`` (cluster view), ``slow_rank``
+``graphs``          (since 2, graph mode) ``summary`` (one object per rank: compiled vs
+                    eager device time, kernels and host dispatch per step, their shares),
+                    ``graphs`` (per compiled graph: its last plan's kernels, fused kernels,
+                    workspace with and without reuse, streams, compile time, code object
+                    compiles, calls and device/host time per step), ``passes`` (what each
+                    pass did per graph: hits and misses by reason); empty when eager
 ``findings``        one object per rule: rule, title, area, status (fired | ok | skipped),
                     priority (high | medium | low | null), message, advice, evidence (object),
                     estimated_gain_us (per step, or null), gain_model (modelled | heuristic |
@@ -62,6 +68,7 @@ from msprof_py.analyzers import (
     copies,
     formats,
     gains,
+    graphs,
     memory,
     ops,
     syncs,
@@ -89,6 +96,7 @@ TOP_LEVEL = [
     "formats",
     "aicpu",
     "communication",
+    "graphs",
     "findings",
 ]
 #: "section.table" -> columns
@@ -114,6 +122,8 @@ TABLES: dict[str, list[str]] = {
     "aicpu": aicpu.COLUMNS,
     "communication.collectives": communication.COLLECTIVE_COLUMNS,
     "communication.ranks": communication.RANK_COLUMNS,
+    "graphs.graphs": graphs.GRAPH_COLUMNS,
+    "graphs.passes": graphs.PASS_COLUMNS,
 }
 FINDING_KEYS = [
     "rule",

@@ -17,7 +17,7 @@ import torch
 from msprof_py.adapter.steps import STEP_PREFIX
 from msprof_py.collectors.module_paths import ModuleStack
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
-from msprof_py.device import HostKind, HostRecord, MemoryRecord, TaskRecord
+from msprof_py.device import GraphRecord, HostKind, HostRecord, MemoryRecord, TaskRecord
 from msprof_py.device.records import Record
 from msprof_py.profile.schema import NO_ID
 from msprof_py.profile.writer import RawWriter
@@ -147,6 +147,12 @@ class Recorder:
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
         self.finished = not self.recording and iteration == 0
         self.tasks_recorded = 0
+        #: graph plans recorded (``graphs.plan_id``) and the graphs planned so far
+        self._next_plan = 0
+        self._planned: set[str] = set()
+        #: (plan_id, graph, mode, passes) of every plan, for fusion_result.json at the end
+        #: (a few records per graph)
+        self.fusion: list[tuple[int, str, str, tuple]] = []
         #: called once when the iteration window is over (the session detaches the recorder)
         self.on_finished: Callable[[], None] | None = None
 
@@ -293,6 +299,8 @@ class Recorder:
             self._task(record)
         elif isinstance(record, HostRecord):
             self._host(record)
+        elif isinstance(record, GraphRecord):
+            self._graph(record)
         elif isinstance(record, MemoryRecord) and self.recording and self.record_memory:
             self.writer.append(
                 "memory",
@@ -346,6 +354,70 @@ class Recorder:
                 self.step,
             ),
         )
+
+    def _graph(self, g: GraphRecord) -> None:
+        """A graph plan: its rows in ``graphs``, ``graph_passes`` and ``graph_kernels``.
+
+        Written whatever the step window (a graph compiled in a warm-up step runs in the
+        recorded ones): a plan is description, not activity."""
+        plan_id = self._next_plan
+        self._next_plan += 1
+        replan = g.graph in self._planned
+        self._planned.add(g.graph)
+        append = self.writer.append
+        self.fusion.append((plan_id, g.graph, g.mode, g.passes))
+        append(
+            "graphs",
+            (
+                plan_id,
+                g.graph,
+                g.mode,
+                g.dynamic,
+                replan,
+                g.nodes,
+                g.op_nodes,
+                g.eager_kernels,
+                len(g.kernels),
+                g.fused_kernels,
+                g.workspace_bytes,
+                g.no_reuse_bytes,
+                g.reuse_ratio,
+                g.live_peak_bytes,
+                g.reused_blocks,
+                g.streams,
+                g.events,
+                g.compile_ns,
+                g.code,
+                g.compiles,
+                g.recompile_limit,
+                g.time_ns,
+                self.step,
+            ),
+        )
+        for i, p in enumerate(g.passes):
+            append(
+                "graph_passes",
+                (plan_id, g.graph, i, p.pass_name, _joined(p.nodes), p.hit, p.reason),
+            )
+        for i, k in enumerate(g.kernels):
+            append(
+                "graph_kernels",
+                (
+                    plan_id,
+                    g.graph,
+                    i,
+                    k.name,
+                    k.op_type,
+                    k.task_type,
+                    _joined(k.members),
+                    k.pass_name,
+                    k.stream,
+                    ";".join(str(w) for w in k.waits),
+                    k.duration_ns,
+                    ";".join(str(o) for o in k.output_offsets),
+                    ";".join(str(o) for o in k.output_sizes),
+                ),
+            )
 
     def _host(self, h: HostRecord) -> None:
         if h.kind is HostKind.API and h.name.startswith(STEP_PREFIX):

@@ -266,6 +266,7 @@ class Session:
             return None
         if not self.writer.folder.exists():
             return None
+        self._write_fusion_result(recorder)
         if self.config.export:
             from msprof_py.exporters import export_run
 
@@ -274,6 +275,23 @@ class Session:
             except Exception as exc:  # the raw profile is safe; say what failed, don't crash
                 print(f"msprof: export of {self.run_dir} failed: {exc}", file=sys.stderr)
         return self.run_dir
+
+    def _write_fusion_result(self, recorder: Recorder) -> None:
+        """``fusion_result.json`` in the run folder when graphs were compiled (a failure is one
+        line: the raw profile holds the same records)."""
+        if not recorder.fusion:
+            return
+        from msprof_py.exporters.fusion_result import (
+            FILE,
+            fusion_result,
+            plan_frames,
+            write_document,
+        )
+
+        try:
+            write_document(fusion_result(*plan_frames(recorder.fusion)), self.run_dir / FILE)
+        except Exception as exc:
+            print(f"msprof: {FILE} of {self.run_dir} not written: {exc}", file=sys.stderr)
 
     # ---- exit paths ---------------------------------------------------------------------
 

@@ -316,9 +316,43 @@ class Engine:
         """Launch a costed kernel on ``stream``; returns its scheduled task."""
         dispatch = self.spec.dispatch
         host_start, launch = self._launch(stream, dispatch.stage1_ns, dispatch.stage2_ns, name)
+        task = self._place_kernel(
+            stream,
+            cost,
+            launch,
+            not_before,
+            name,
+            op_type,
+            (
+                input_shapes,
+                input_dtypes,
+                input_formats,
+                output_shapes,
+                output_dtypes,
+                output_formats,
+            ),
+            attrs,
+        )
+        if self.bus.active:
+            self._emit_launch(name, host_start, stream, task)
+        return task
+
+    def _place_kernel(
+        self,
+        stream: Stream,
+        cost: KernelCost,
+        launch: int,
+        not_before: int,
+        name: str,
+        op_type: str,
+        tensors: tuple[tuple, tuple, tuple, tuple, tuple, tuple],
+        attrs: dict[str, object] | None,
+    ) -> TaskRecord:
+        """Schedule a launched kernel on ``stream`` and build its task record (``tensors``:
+        input shapes, dtypes, formats, then output shapes, dtypes, formats)."""
         demand = self._demand(cost.task_type, cost.block_dim)
         start, end, wait = self._place(stream, launch, cost.duration_ns, demand, not_before)
-        task = TaskRecord(
+        return TaskRecord(
             self._new_task_id(),
             stream.stream_id,
             TaskKind.KERNEL,
@@ -332,20 +366,12 @@ class Engine:
             wait,
             cost.flops,
             cost.bytes,
-            input_shapes,
-            input_dtypes,
-            input_formats,
-            output_shapes,
-            output_dtypes,
-            output_formats,
+            *tensors,
             attrs,
             round(cost.cube_ns),
             round(cost.vector_ns),
             round(cost.memory_ns),
         )
-        if self.bus.active:
-            self._emit_launch(name, host_start, stream, task)
-        return task
 
     def submit_graph(
         self, streams: Sequence[Stream], tasks: Sequence[GraphTask], *, name: str = "ModelExecute"
@@ -376,33 +402,17 @@ class Engine:
                 if not 0 <= w < len(records):
                     raise ValueError(f"graph task {task.name!r} waits for a later task {w}")
                 not_before = max(not_before, records[w].end_ns)
-            demand = self._demand(cost.task_type, cost.block_dim)
-            start, end, wait = self._place(stream, launch, cost.duration_ns, demand, not_before)
+            tensors = (
+                task.input_shapes,
+                task.input_dtypes,
+                task.input_formats,
+                task.output_shapes,
+                task.output_dtypes,
+                task.output_formats,
+            )
             records.append(
-                TaskRecord(
-                    self._new_task_id(),
-                    stream.stream_id,
-                    TaskKind.KERNEL,
-                    cost.task_type,
-                    task.name,
-                    task.op_type,
-                    cost.block_dim,
-                    launch,
-                    start,
-                    end,
-                    wait,
-                    cost.flops,
-                    cost.bytes,
-                    task.input_shapes,
-                    task.input_dtypes,
-                    task.input_formats,
-                    task.output_shapes,
-                    task.output_dtypes,
-                    task.output_formats,
-                    None,
-                    round(cost.cube_ns),
-                    round(cost.vector_ns),
-                    round(cost.memory_ns),
+                self._place_kernel(
+                    stream, cost, launch, not_before, task.name, task.op_type, tensors, None
                 )
             )
         main = streams[0]
@@ -473,6 +483,48 @@ class Engine:
         if self.bus.active:
             self._emit_launch(name, host_start, stream, task)
         return task
+
+    def add_pool(self, name: str, capacity: int) -> ResourcePool:
+        """The engine pool ``name`` (DVPP channels ...), created with ``capacity`` units on
+        first use; a later call returns the existing pool."""
+        pool = self.pools.get(name)
+        if pool is None:
+            pool = self.pools[name] = ResourcePool(name, capacity)
+        return pool
+
+    def submit_unit_task(
+        self,
+        stream: Stream,
+        pool: str,
+        units: int,
+        duration_ns: int,
+        *,
+        kind: TaskKind,
+        task_type: TaskType,
+        name: str,
+        op_type: str,
+        nbytes: int = 0,
+        attrs: dict[str, object] | None = None,
+    ) -> TaskRecord:
+        """Run a task of ``duration_ns`` that holds ``units`` units of pool ``pool`` (made with
+        :meth:`add_pool`): in order on ``stream``, waiting for free units like any task; the
+        host pays one runtime API call to submit it."""
+        found = self.pools.get(pool)
+        if found is None:
+            raise DeviceError(f"the device has no engine pool {pool!r}")
+        if duration_ns < 0:
+            raise ValueError("a task cannot take negative time")
+        return self._submit_simple(
+            stream,
+            kind,
+            task_type,
+            name,
+            op_type,
+            duration_ns,
+            ((found, units),),
+            nbytes=nbytes,
+            attrs=attrs,
+        )
 
     def submit_memcpy(
         self,

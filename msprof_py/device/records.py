@@ -20,6 +20,7 @@ class TaskKind(str, enum.Enum):
     EVENT_RECORD = "event_record"
     EVENT_WAIT = "event_wait"
     COLLECTIVE = "collective"
+    DVPP = "dvpp"  # an image task of a DVPP engine (JPEG decode, VPC resize/crop)
 
 
 class TaskType(str, enum.Enum):
@@ -32,6 +33,7 @@ class TaskType(str, enum.Enum):
     HCCL = "HCCL"
     DMA = "DMA"
     EVENT = "EVENT"
+    DVPP = "DVPP"  # the media engines (JPEGD, VPC): their own channels, not AI Cores
 
 
 class CopyKind(str, enum.Enum):
@@ -131,7 +133,84 @@ class MemoryRecord:
     tag: str = ""
 
 
-Record = TaskRecord | HostRecord | MemoryRecord
+@dataclass(frozen=True, slots=True)
+class PlannedPass:
+    """One pattern a graph pass tried: the nodes it matched, whether it fired, why not."""
+
+    pass_name: str
+    nodes: tuple[str, ...]
+    hit: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedKernel:
+    """One kernel a compiled graph launches, as planned (before it runs).
+
+    ``members``: the graph nodes it computes; ``pass_name``: the fusion pass that made it
+    ("" for a node's own kernel); ``waits``: indices of earlier kernels of the graph it waits
+    for on another stream; ``output_offsets``/``output_sizes``: where each value it writes
+    lives in the graph's workspace (offset -1, size 0: outside it, e.g. a graph output).
+    """
+
+    name: str
+    op_type: str
+    task_type: str
+    members: tuple[str, ...]
+    pass_name: str = ""
+    stream: int = 0
+    waits: tuple[int, ...] = ()
+    duration_ns: int = 0
+    output_offsets: tuple[int, ...] = ()
+    output_sizes: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class GraphRecord:
+    """A compiled graph was planned (compiled, or re-planned when its kernels changed).
+
+    ``time_ns`` is the host clock when the plan was made; ``compile_ns`` the host time its
+    compilation took (0 for a re-plan). Sizes in bytes: ``workspace_bytes`` with lifetime
+    reuse, ``no_reuse_bytes`` with every intermediate at its own offset, ``live_peak_bytes``
+    the most bytes live at once. ``code``/``compiles``/``recompile_limit``: the Dynamo code
+    object the graph was compiled for, how often that code object had been compiled by then,
+    and the limit past which it runs eagerly (empty / 0 when unknown).
+    """
+
+    time_ns: int
+    graph: str
+    mode: str
+    dynamic: bool
+    nodes: int
+    op_nodes: int
+    eager_kernels: int
+    workspace_bytes: int
+    no_reuse_bytes: int
+    live_peak_bytes: int
+    reused_blocks: int
+    streams: int
+    events: int
+    compile_ns: int = 0
+    code: str = ""
+    compiles: int = 0
+    recompile_limit: int = 0
+    passes: tuple[PlannedPass, ...] = ()
+    kernels: tuple[PlannedKernel, ...] = ()
+
+    @property
+    def fused_kernels(self) -> int:
+        """Kernels a fusion pass made."""
+        return sum(1 for k in self.kernels if k.pass_name)
+
+    @property
+    def reuse_ratio(self) -> float:
+        """Share of the no-reuse workspace that reuse saves (0 when nothing is planned)."""
+        if self.no_reuse_bytes <= 0:
+            return 0.0
+        return 1.0 - self.workspace_bytes / self.no_reuse_bytes
+
+
+Record = TaskRecord | HostRecord | MemoryRecord | GraphRecord
 Subscriber = Callable[[Record], None]
 
 

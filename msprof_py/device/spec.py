@@ -627,11 +627,14 @@ OPTIONAL_FIELDS = frozenset(
         "compile.tiling_us",
     }
 )
+#: sections a spec may leave out, each validated by the module that reads it from
+#: :attr:`DeviceSpec.raw` (``[dvpp]``: :func:`msprof_py.device.dvpp.dvpp_spec`)
+OPTIONAL_SECTIONS = frozenset({"dvpp"})
 
 
 def _build(raw: dict[str, Any], *, origin: str, default_source: str | None) -> DeviceSpec:
     sources: dict[str, str] = {}
-    known = {"device", *_SECTIONS}
+    known = {"device", *_SECTIONS, *OPTIONAL_SECTIONS}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise SpecError(f"{origin}: unknown section(s) {', '.join(unknown)}")
@@ -675,6 +678,10 @@ def _build(raw: dict[str, Any], *, origin: str, default_source: str | None) -> D
         parts[section] = cls(**{attr: read(section, key, conv) for key, attr, conv in present})
     spec = DeviceSpec(**top, **parts, sources=sources, origin=origin, raw=copy.deepcopy(raw))
     _check_consistency(spec, origin)
+    if "dvpp" in raw:
+        from msprof_py.device.dvpp import parse_section
+
+        parse_section(raw["dvpp"], origin, default_source)
     return spec
 
 

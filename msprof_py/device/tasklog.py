@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from msprof_py.device.records import HostRecord, MemoryRecord, Record, TaskKind, TaskRecord
+from msprof_py.device.records import (
+    GraphRecord,
+    HostRecord,
+    MemoryRecord,
+    Record,
+    TaskKind,
+    TaskRecord,
+)
 
 Interval = tuple[int, int]
 
@@ -56,12 +63,15 @@ class TaskLog:
         self.tasks: list[TaskRecord] = []
         self.host: list[HostRecord] = []
         self.memory: list[MemoryRecord] = []
+        self.graphs: list[GraphRecord] = []
 
     def __call__(self, record: Record) -> None:
         if isinstance(record, TaskRecord):
             self.tasks.append(record)
         elif isinstance(record, HostRecord):
             self.host.append(record)
+        elif isinstance(record, GraphRecord):
+            self.graphs.append(record)
         else:
             self.memory.append(record)
 

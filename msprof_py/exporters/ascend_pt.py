@@ -9,6 +9,7 @@ Written files::
         trace_view.json  kernel_details.csv  operator_details.csv  op_statistic.csv
         step_trace_time.csv  api_statistic.csv  communication.json  communication_matrix.json
         memory_record.csv  operator_memory.csv  npu_module_mem.csv   (with memory records)
+        fusion_result.json                          (graph mode: what the graph passes did)
       PROF_*/                                           the CANN folder (cann_prof)
 
 No ``*.db`` file is written (a ``ascend_pytorch_profiler*.db`` switches msprof-analyze to its
@@ -31,6 +32,8 @@ from msprof_py.exporters.communication import (
     write_json_text,
 )
 from msprof_py.exporters.frames import ExportData
+from msprof_py.exporters.fusion_result import FILE as FUSION_FILE
+from msprof_py.exporters.fusion_result import write_fusion_result
 from msprof_py.exporters.runinfo import ExportError
 from msprof_py.exporters.trace_view import write_timelines
 from msprof_py.profile import Profile, load
@@ -132,6 +135,7 @@ def export_ascend_pt(run_dir: Path, profile: Profile | None = None) -> None:
         csv_tables.write_csv(csv_tables.memory_record(data), out / "memory_record.csv")
         csv_tables.write_csv(csv_tables.operator_memory(data), out / "operator_memory.csv")
         csv_tables.write_csv(csv_tables.npu_module_mem(data), out / "npu_module_mem.csv")
+    write_fusion_result(profile, out / FUSION_FILE)  # graph mode only
     write_prof_dir(data, run_dir)
     with create_atomically(run_dir / METADATA_FILE, "x", encoding="utf-8") as f:
         json.dump(profiler_metadata(data), f, indent=1)

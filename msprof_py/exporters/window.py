@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from msprof_py.exporters.runinfo import ExportError
 from msprof_py.profile import Profile
+from msprof_py.profile.schema import GRAPH_TABLES
 
 _WINDOW = re.compile(r"^\s*(\d+)\s*(?:(-)\s*(\d*)\s*)?$")
 
@@ -60,6 +61,9 @@ def select_steps(profile: Profile, window: StepWindow | None) -> Profile:
         )
     tables = {}
     for name, df in profile.tables.items():
+        if name in GRAPH_TABLES:  # plans describe the graphs the kept steps launch: all kept
+            tables[name] = df
+            continue
         step = df["step"]
         keep = step >= window.first
         if window.last is not None:

@@ -16,6 +16,7 @@ random-number ops, and chips where capture is not supported (coupled-core chips 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ from msprof_py.graph.ir import NodeKind
 from msprof_py.graph.runner import CompiledGraph
 
 NAME = "npu"
+
+#: environment switch forcing one stream per graph (GE's name for it)
+SINGLE_STREAM_ENV = "SINGLE_STREAM_ENABLE"
 
 
 class GraphModeError(ShortenTraceback):
@@ -55,19 +59,38 @@ def reset() -> None:
     _GRAPH_IDS = itertools.count()
 
 
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def single_stream_env() -> bool:
+    """``SINGLE_STREAM_ENABLE`` is set to 1/true in the environment."""
+    return _truthy(os.environ.get(SINGLE_STREAM_ENV, ""))
+
+
 def resolve_config(
     config: GraphConfig | Any = None, mode: str | None = None, options: Mapping | None = None
 ) -> GraphConfig:
     """The :class:`GraphConfig` from any of the accepted spellings (TorchAir's CompilerConfig
-    included: anything with a ``mode`` attribute)."""
+    included: anything with a ``mode`` attribute, and ``ge_config.enable_single_stream``).
+
+    One stream per graph is chosen by ``options={"single_stream": True}``, the config, or
+    ``SINGLE_STREAM_ENABLE=1`` in the environment (read when a graph is compiled)."""
     if isinstance(config, GraphConfig):
-        return config
-    chosen = getattr(config, "mode", None) if config is not None else None
+        chosen, single = config.mode, config.single_stream
+    else:
+        chosen = getattr(config, "mode", None) if config is not None else None
+        ge_config = getattr(config, "ge_config", None)
+        single = _truthy(getattr(ge_config, "enable_single_stream", False))
     if options and "mode" in options:
         chosen = options["mode"]
+    if options and "single_stream" in options:
+        single = _truthy(options["single_stream"])
     if mode is not None and mode != "default":
         chosen = mode
-    return GraphConfig(chosen or MAX_AUTOTUNE)
+    return GraphConfig(chosen or MAX_AUTOTUNE, single or single_stream_env())
 
 
 def register_npu() -> None:
@@ -163,18 +186,29 @@ def _aot_kinds(gm: torch.fx.GraphModule, outer: list[NodeKind]) -> dict[str, Nod
 
 
 def _graph_compiler(
-    role: str, graph_id: int, outer: list[NodeKind], config: GraphConfig
+    role: str,
+    graph_id: int,
+    outer: list[NodeKind],
+    config: GraphConfig,
+    code: recompiles.CodeStats | None = None,
 ) -> Callable[[torch.fx.GraphModule, list[Any]], CompiledGraph]:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> CompiledGraph:
         if config.mode == REDUCE_OVERHEAD:
             _check_reduce_overhead(gm, example_inputs)
-        return CompiledGraph(
+        compiled = CompiledGraph(
             f"graph{graph_id}_{role}",
             gm,
             _aot_kinds(gm, outer),
             config,
             dynamic=_dynamic(gm, example_inputs),
         )
+        if code is not None:  # for the profile's graphs table
+            compiled.code = {
+                "code": code.code,
+                "compiles": code.compiles,
+                "recompile_limit": code.limit,
+            }
+        return compiled
 
     return compile_graph
 
@@ -190,13 +224,13 @@ def npu_backend(
 ) -> Callable[..., Any]:
     """Compile Dynamo's graph ``gm`` for the simulated NPU (the ``"npu"`` backend)."""
     cfg = resolve_config(config, mode, options)
-    recompiles.note_graph()
+    code = recompiles.note_graph()
     graph_id = next(_GRAPH_IDS)
     outer = _outer_kinds(gm, example_inputs)
     compiler = aot_autograd(
-        fw_compiler=_graph_compiler("forward", graph_id, outer, cfg),
-        bw_compiler=_graph_compiler("backward", graph_id, outer, cfg),
-        inference_compiler=_graph_compiler("inference", graph_id, outer, cfg),
+        fw_compiler=_graph_compiler("forward", graph_id, outer, cfg, code),
+        bw_compiler=_graph_compiler("backward", graph_id, outer, cfg, code),
+        inference_compiler=_graph_compiler("inference", graph_id, outer, cfg, code),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
         decompositions=dict(decompositions) if decompositions else {},

@@ -7,6 +7,9 @@
 - ``"reduce-overhead"``: an aclgraph capture: no fusion, still one launch per call; refuses
   dynamic shapes and random-number ops, and runs only on Atlas A2/A3-class (split-core) chips.
 
+``single_stream`` runs every graph on one stream (GE's ``SINGLE_STREAM_ENABLE``, TorchAir's
+``ge_config.enable_single_stream``); by default static graphs get the stream plan's streams.
+
 Compilation cost (a deterministic model, a default to calibrate): ``COMPILE_BASE_NS`` per graph
 plus ``COMPILE_NODE_NS`` per op node, charged once on the host clock when the graph is compiled.
 """
@@ -35,6 +38,7 @@ class GraphConfig:
     """How the npu backend compiles and runs graphs."""
 
     mode: str = MAX_AUTOTUNE
+    single_stream: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -31,12 +31,15 @@ class GraphPlan:
     events: int
 
 
-def plan_graph(graph: Graph, spec: DeviceSpec, *, fuse: bool = True) -> GraphPlan:
-    """Run the passes, the memory planner and the stream planner over ``graph``."""
+def plan_graph(
+    graph: Graph, spec: DeviceSpec, *, fuse: bool = True, single_stream: bool = False
+) -> GraphPlan:
+    """Run the passes, the memory planner and the stream planner over ``graph``
+    (``single_stream``: every kernel on one stream, GE's ``SINGLE_STREAM_ENABLE``)."""
     passed = run_passes(graph, spec, fuse=fuse)
     # streams first: the memory plan only shares bytes between kernels of different streams
     # when the waits order them
-    streams = plan_streams(graph, passed.kernels)
+    streams = plan_streams(graph, passed.kernels, single_stream=single_stream)
     memory = plan_memory(graph, streams.kernels)
     return GraphPlan(
         graph,

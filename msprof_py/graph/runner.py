@@ -30,6 +30,7 @@ from msprof_py.graph.capture import capturing
 from msprof_py.graph.config import GraphConfig, compile_ns
 from msprof_py.graph.ir import NodeKind
 from msprof_py.graph.pipeline import GraphPlan, graph_tasks, plan_graph
+from msprof_py.graph.publish import publish
 
 #: every live compiled graph (for inspection: :func:`compiled_graphs`)
 _GRAPHS: weakref.WeakSet[CompiledGraph] = weakref.WeakSet()
@@ -87,6 +88,11 @@ class CompiledGraph:
         self.config = config
         self.dynamic = dynamic
         self.calls = 0
+        #: the Dynamo code object compiled into this graph, for the profile (``code``,
+        #: ``compiles``, ``recompile_limit``; the backend fills it in, empty when unknown)
+        self.code: dict[str, Any] = {}
+        #: the plan the latest call launched (None before the first call)
+        self.last_plan: GraphPlan | None = None
         #: input signature -> {kernel signature -> plan}
         self._plans: dict[tuple, dict[tuple, GraphPlan]] = {}
         self._order = [n for n in gm.graph.nodes]
@@ -130,6 +136,7 @@ class CompiledGraph:
         )
         plan = self._plan(state, signature, kernel_key, produced, captured, spans)
         self.calls += 1
+        self.last_plan = plan
         self._launch(state, plan, result)
         return result
 
@@ -181,17 +188,25 @@ class CompiledGraph:
         spans: dict[str, tuple[int, int]],
     ) -> GraphPlan:
         by_kernels = self._plans.get(signature)
+        compiled = 0
         if by_kernels is None:
             by_kernels = self._plans[signature] = {}
             ops = sum(1 for n in self._order if n.op == "call_function")
-            state.npu.engine.host_span(compile_ns(ops), f"compile {self.name}")
+            compiled = compile_ns(ops)
+            state.npu.engine.host_span(compiled, f"compile {self.name}")
         plan = by_kernels.get(kernel_key)
         if plan is None:
             kernels = {name: captured[a:b] for name, (a, b) in spans.items()}
             graph = fx_import.import_graph(
                 self.name, self.gm, produced, kernels, self.kinds, dynamic=self.dynamic
             )
-            plan = by_kernels[kernel_key] = plan_graph(graph, state.npu.spec, fuse=self.config.fuse)
+            plan = by_kernels[kernel_key] = plan_graph(
+                graph,
+                state.npu.spec,
+                fuse=self.config.fuse,
+                single_stream=self.config.single_stream,
+            )
+            publish(state.npu.engine, plan, mode=self.config.mode, compile_ns=compiled, **self.code)
         return plan
 
     def _launch(self, state: AdapterState, plan: GraphPlan, result: Any) -> None:

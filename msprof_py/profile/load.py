@@ -86,6 +86,29 @@ class Profile:
     def steps(self) -> pd.DataFrame:
         return self.tables["steps"]
 
+    def table(self, name: str) -> pd.DataFrame:
+        """The table ``name``; empty (its schema's columns and ``rank``) when the profile has
+        none (a profile built by hand without graph tables ...)."""
+        found = self.tables.get(name)
+        if found is None:
+            found = empty_table(name)
+        return found
+
+    @property
+    def graphs(self) -> pd.DataFrame:
+        """Compiled graphs, one row per plan (empty for eager runs and older profiles)."""
+        return self.table("graphs")
+
+    @property
+    def graph_passes(self) -> pd.DataFrame:
+        """What the graph passes tried, per plan."""
+        return self.table("graph_passes")
+
+    @property
+    def graph_kernels(self) -> pd.DataFrame:
+        """The kernels each graph plan launches."""
+        return self.table("graph_kernels")
+
     def __repr__(self) -> str:
         """One line, whatever the size of the profile (a REPL prints it)."""
         statuses = sorted({str(m.get("status", "?")) for m in self.meta.values()})
@@ -109,6 +132,13 @@ class Profile:
         return Profile(
             self.path, {rank: self.meta[rank]}, tables, list(self.warnings), self.partial
         )
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    """An empty frame of table ``name``: a ``rank`` column, then the schema's columns."""
+    df = TABLES[name].schema.empty_table().to_pandas()
+    df.insert(0, "rank", pd.Series(dtype="int64"))
+    return df
 
 
 def _is_raw(folder: Path) -> bool:

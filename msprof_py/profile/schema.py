@@ -158,7 +158,81 @@ STEPS = Table(
     ("step", "start_ns", "end_ns", "source"),
 )
 
-TABLES: dict[str, Table] = {t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS)}
+GRAPHS = Table(
+    "graphs",
+    "Compiled graphs (graph mode, torch.compile(backend='npu')): one row per plan, written "
+    "when a graph is compiled or re-planned (also during msprof --warmup steps). Tasks of a "
+    "graph launch belong to the host op npu_graph::<graph> (tasks.host_op_id).",
+    (
+        Column("plan_id", _I64, "unique per rank, in planning order"),
+        Column("graph", _STR, "graph name (graph0_forward, graph0_backward, graph1_inference ...)"),
+        Column("mode", _STR, "max-autotune | reduce-overhead"),
+        Column("dynamic", _BOOL, "compiled with symbolic shapes"),
+        Column("replan", _BOOL, "a later plan of a graph planned before (its kernels changed)"),
+        Column("nodes", _I32, "IR nodes (inputs, parameters, constants and ops)"),
+        Column("op_nodes", _I32, "op nodes"),
+        Column("eager_kernels", _I32, "kernels eager mode launches for the same nodes"),
+        Column("kernels", _I32, "kernels the graph launches (after the passes)"),
+        Column("fused_kernels", _I32, "of those, kernels a fusion pass made"),
+        Column("workspace_bytes", _I64, "workspace with lifetime reuse"),
+        Column("no_reuse_bytes", _I64, "workspace with every intermediate at its own offset"),
+        Column("reuse_ratio", _F64, "1 - workspace_bytes / no_reuse_bytes (0 when empty)"),
+        Column("live_peak_bytes", _I64, "most intermediate bytes live at one kernel"),
+        Column("reused_blocks", _I32, "workspace blocks sharing bytes with an earlier one"),
+        Column("streams", _I32, "streams the stream plan uses"),
+        Column("events", _I32, "cross-stream events (waits) it keeps"),
+        Column("compile_ns", _I64, "host time the compile took (0 for a re-plan)"),
+        Column("code", _STR, "Dynamo code object: name (file:line), '' when unknown"),
+        Column("compiles", _I32, "compiles of that code object so far (1 = first), 0 unknown"),
+        Column("recompile_limit", _I32, "Dynamo's recompile limit then (eager past it), 0 unknown"),
+        Column("time_ns", _I64, "host clock when the plan was made"),
+        Column("step", _I32, "training step then, or -1"),
+    ),
+    ("plan_id", "graph", "kernels"),
+)
+
+GRAPH_PASSES = Table(
+    "graph_passes",
+    "What every graph pass tried on a plan: matched nodes, fired or not, and why not "
+    "(the content of GE's fusion_result.json).",
+    (
+        Column("plan_id", _I64, "graphs.plan_id"),
+        Column("graph", _STR, "graph name"),
+        Column("index", _I32, "order in which the passes recorded it"),
+        Column("pass_name", _STR, "ConvBatchnormFusionPass, AutoFuse, CSEPass ..."),
+        Column("nodes", _STR, '";"-separated names of the matched graph nodes'),
+        Column("hit", _BOOL, "the pass fired"),
+        Column("reason", _STR, "why it did not fire (or a note on a hit), else empty"),
+    ),
+    ("plan_id", "graph", "pass_name", "hit"),
+)
+
+GRAPH_KERNELS = Table(
+    "graph_kernels",
+    "The kernels a plan launches, in launch order (tasks of its launches carry the same names).",
+    (
+        Column("plan_id", _I64, "graphs.plan_id"),
+        Column("graph", _STR, "graph name"),
+        Column("index", _I32, "position in the launch list"),
+        Column("name", _STR, "kernel name (the graph node's, as tasks.name)"),
+        Column("op_type", _STR, "CANN op type"),
+        Column("task_type", _STR, "AI_CORE, AI_VECTOR_CORE, MIX_AIC ..."),
+        Column("members", _STR, '";"-separated graph nodes it computes'),
+        Column("pass_name", _STR, "fusion pass that made it, '' for a node's own kernel"),
+        Column("stream", _I32, "stream index within the graph (0 = the launch stream)"),
+        Column("waits", _STR, '";"-separated indices of kernels it waits for (events)'),
+        Column("duration_ns", _I64, "planned (modelled) duration"),
+        Column("output_offsets", _STR, '";"-separated workspace offsets of its outputs (-1: none)'),
+        Column("output_sizes", _STR, '";"-separated workspace bytes of its outputs'),
+    ),
+    ("plan_id", "graph", "index", "name"),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS, GRAPHS, GRAPH_PASSES, GRAPH_KERNELS)
+}
+#: tables written only by graph mode: a profile without them (older, or eager) reads them empty
+GRAPH_TABLES = ("graphs", "graph_passes", "graph_kernels")
 
 
 def default_row(table: str) -> dict[str, object]:

@@ -39,6 +39,9 @@ class Builder:
         self.host: list[dict[str, Any]] = []
         self.memory: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
+        self.graphs: list[dict[str, Any]] = []
+        self.graph_passes: list[dict[str, Any]] = []
+        self.graph_kernels: list[dict[str, Any]] = []
 
     # ---- rows -----------------------------------------------------------------------------
 
@@ -90,6 +93,65 @@ class Builder:
             )
         return op_id
 
+    def graph_plan(
+        self,
+        graph: str,
+        passes: list[tuple[str, str, bool, str]] = (),
+        **cols: Any,
+    ) -> int:
+        """A graph plan (a ``graphs`` row; ``cols`` override its columns) and what its passes
+        tried: ``(pass_name, ";"-joined nodes, hit, reason)``. Returns the plan id."""
+        plan_id = len(self.graphs)
+        row = default_row("graphs") | {
+            "plan_id": plan_id,
+            "graph": graph,
+            "mode": "max-autotune",
+            "step": 0,
+        }
+        self.graphs.append(row | cols)
+        for i, (name, nodes, hit, reason) in enumerate(passes):
+            self.graph_passes.append(
+                default_row("graph_passes")
+                | {
+                    "plan_id": plan_id,
+                    "graph": graph,
+                    "index": i,
+                    "pass_name": name,
+                    "nodes": nodes,
+                    "hit": hit,
+                    "reason": reason,
+                }
+            )
+        return plan_id
+
+    def graph_call(
+        self, graph: str, start: int, end: int, kernels: list[dict[str, Any]], **cols: Any
+    ) -> int:
+        """One call of ``graph``: its ``npu_graph::`` host op, one ``ModelExecute`` launch and
+        its kernels (task columns with ``start``/``end``; ``name`` the node name)."""
+        step = cols.get("step", 0)
+        op_id = self.event("op", f"npu_graph::{graph}", start, end, **cols)
+        first = -1
+        for k in kernels:
+            k = dict(k)
+            s, e = k.pop("start"), k.pop("end")
+            k.setdefault("step", step)
+            k.setdefault("launch_ns", end)
+            tid = self.task(s, e, host_op_id=op_id, **k)
+            first = tid if first < 0 else first
+        self.event(
+            "launch",
+            f"ModelExecute {graph}",
+            max(start, end - 1000),
+            end,
+            task_id=first,
+            parent_id=op_id,
+            stream_id=0,
+            step=step,
+            thread=cols.get("thread", 1),
+        )
+        return op_id
+
     def mem(self, t: int, allocated: int, reserved: int, **cols: Any) -> None:
         self.memory.append(
             _MEMORY
@@ -105,6 +167,9 @@ class Builder:
             "host_events": self.host,
             "memory": self.memory,
             "steps": self.steps,
+            "graphs": self.graphs,
+            "graph_passes": self.graph_passes,
+            "graph_kernels": self.graph_kernels,
         }
         out = {}
         for name, table in TABLES.items():
@@ -200,7 +265,7 @@ def save(profile: Profile, folder: Path) -> Path:
         raw.mkdir(parents=True)
         (raw / "meta.json").write_text(json.dumps(profile.meta[rank]), encoding="utf-8")
         for name, table in TABLES.items():
-            df = profile.tables[name]
+            df = profile.table(name)
             df = df[df["rank"] == rank].drop(columns="rank")
             arrow = pa.Table.from_pandas(df, schema=table.schema, preserve_index=False)
             pq.write_table(arrow, raw / f"{name}-00000.parquet")

@@ -25,6 +25,7 @@ SCHEMA = {
     "memory": ["summary", "steps", "timeline"],
     "formats": ["summary", "transdata", "padding"],
     "communication": ["summary", "collectives", "ranks", "slow_rank"],
+    "graphs": ["summary", "graphs", "passes"],
 }
 
 

@@ -315,6 +315,27 @@ def dynamic(compiles: bool = True) -> Profile:
     return b.build()
 
 
+CODE = "forward (model.py:12)"
+
+
+def storm(compiles: int = 6, code: str = CODE, limit: int = 8) -> Profile:
+    """One code object compiled ``compiles`` times, a graph per compile, each compile a
+    2 ms host span inside the step before its graph's call."""
+    b = Builder().step(0, 0, compiles * 3_000_000)
+    t = 0
+    for i in range(compiles):
+        graph = f"graph{i}_forward"
+        b.event("api", f"compile {graph}", t, t + 2_000_000)
+        b.graph_plan(
+            graph, compile_ns=2_000_000, code=code, compiles=i + 1, recompile_limit=limit,
+            time_ns=t + 2_000_000, kernels=1,
+        )  # fmt: skip
+        t += 2_000_000
+        b.graph_call(graph, t, t + 10_000, [dict(start=t + 10_000, end=t + 900_000)])
+        t += 1_000_000
+    return b.build()
+
+
 def copies(exposed: bool = True) -> Profile:
     b = base()
     if exposed:
@@ -449,6 +470,29 @@ def ranks(slow: bool = True, count: int = 2) -> Profile:
     return cluster(*builders) if count > 1 else builders[0].build()
 
 
+def quantized(on_host: bool = True) -> Profile:
+    """A dynamic-quantized Linear on the host: D2H copy, CPU compute, H2D copy (35 us of a
+    100 us step); without: an int8 matmul kernel on the device."""
+    b = busy(base(), 40_000, STEP)
+    if not on_host:
+        b.op("torch_npu.npu_quant_matmul", 0, 1000, [dict(start=1000, end=5000)])
+        return b.build()
+    copy = dict(kind="memcpy", task_type="DMA", pinned=False)
+    b.op(
+        "quantized::linear_dynamic",
+        0,
+        35_000,
+        [
+            dict(start=1000, end=11_000, copy_kind="DEVICE_TO_HOST", bytes=32 * 256 * 4, **copy),
+            dict(start=25_000, end=35_000, copy_kind="HOST_TO_DEVICE", bytes=32 * 512 * 4, **copy),
+        ],
+        input_shapes="32,256",
+        module="Model/Linear",
+    )
+    b.event("python", "quantized::linear_dynamic (host)", 12_000, 24_000)
+    return b.build()
+
+
 def tasks_only() -> Profile:
     b = base()
     b.task(0, 1000)
@@ -490,8 +534,15 @@ CASES: dict[
     "amp_overhead": (amp_in_use, lambda: amp_in_use(False), tasks_only, "no host ops"),
     "transdata_heavy": (transdata, lambda: transdata(False), no_tasks, "no device tasks"),
     "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
+    "quantized_on_host": (quantized, lambda: quantized(False), tasks_only, "no host ops"),
     "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),
     "dynamic_shapes": (dynamic, lambda: dynamic(False), tasks_only, "no runtime API"),
+    "recompile_storm": (
+        storm,
+        lambda: storm(2),
+        lambda: storm(4, code=""),
+        "name no code object",
+    ),
     "exposed_copies": (copies, lambda: copies(False), no_tasks, "no device tasks"),
     "small_copies": (small, lambda: small(1), no_tasks, "no device tasks"),
     "sync_in_loop": (syncs, lambda: syncs(False), tasks_only, "no host ops"),
@@ -589,3 +640,30 @@ def test_exposed_copy_gain_moves_the_copy_under_compute() -> None:
     pinned = costmodel.copy_ns(DeviceSpec.load("ascend910b"), CopyKind.H2D, 300_000)
     assert pinned < 70_000  # fits under the step's compute: all 30 us are saved
     assert f.estimated_gain_us == pytest.approx(30.0)
+
+
+def test_recompile_storm_counts_the_code_object_and_its_compile_time() -> None:
+    f = check(storm(6), "recompile_storm")
+    assert f.status == FIRED
+    assert f.evidence["compiles"] == 6 and f.evidence["recompiles"] == 5
+    assert f.evidence["limit_reached"] is False and "2 below the recompile limit" in f.message
+    # six 2 ms compile spans in one 18 ms step
+    assert f.evidence["compile_in_steps_ms"] == pytest.approx(12.0)
+    assert f.share == pytest.approx(12 / 18)
+    assert f.estimated_gain_us == pytest.approx(12_000)
+    assert f.evidence["code_objects"][0] == {
+        "code": CODE, "compiles": 6, "limit": 8, "graphs": 6, "example_graph": "graph5_forward",
+    }  # fmt: skip
+
+
+def test_recompile_storm_at_the_limit_says_eager_fallback() -> None:
+    f = check(storm(8), "recompile_storm")
+    assert f.status == FIRED and f.evidence["limit_reached"] is True
+    assert "reached the recompile limit (8)" in f.message and "eagerly" in f.message
+    ok = check(storm(3, limit=3), "recompile_storm")  # 2 recompiles, but at its limit
+    assert ok.status == FIRED and ok.evidence["limit_reached"] is True
+
+
+def test_recompile_storm_skipped_without_graphs() -> None:
+    f = check(dispatch(), "recompile_storm")
+    assert f.status == SKIPPED and "graph mode did not run" in f.message

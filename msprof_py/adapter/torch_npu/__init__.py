@@ -17,6 +17,7 @@ from msprof_py.adapter.torch_npu.fused import (
     npu_rotary_mul,
     npu_swiglu,
 )
+from msprof_py.adapter.torch_npu.quant import npu_quant_matmul, npu_trans_quant_param
 from msprof_py.adapter.torch_npu.rnn import npu_lstm
 
 npu = torch.npu
@@ -31,9 +32,11 @@ __all__ = [
     "npu_format_cast_",
     "npu_fusion_attention",
     "npu_lstm",
+    "npu_quant_matmul",
     "npu_rms_norm",
     "npu_rotary_mul",
     "npu_swiglu",
+    "npu_trans_quant_param",
     "optim",
     "profiler",
 ]

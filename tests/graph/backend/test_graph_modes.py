@@ -96,3 +96,18 @@ def test_torchair_backend(npu: SimulatedNpu, log: TaskLog) -> None:
 
 def test_backend_is_registered_by_name(npu: SimulatedNpu) -> None:
     assert "npu" in torch._dynamo.list_backends()
+
+
+def test_a_compiled_model_has_no_graph_break() -> None:
+    """torch calls the npu device guard back from C while Dynamo traces (the current stream):
+    Dynamo tried to compile that callback and counted a graph break for every frame."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to("npu")
+    compiled = torch.compile(model, backend="npu")
+    for _ in range(2):
+        compiled(torch.randn(4, 8).to("npu")).sum().backward()
+    assert dict(counters["graph_break"]) == {} and dict(counters["unimplemented"]) == {}
+    assert dict(counters["frames"]) == {"total": 1, "ok": 1}
+    assert counters["stats"]["unique_graphs"] == 1

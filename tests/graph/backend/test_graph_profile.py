@@ -1,0 +1,136 @@
+"""A recorded graph-mode run: the plans in the profile, fusion_result.json, the analysis and
+the Ascend export (one small CNN, compiled with backend="npu", recorded once)."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from graph_models import cnn
+
+import msprof_py
+from msprof_py.graph import backend
+from msprof_py.graph.runner import compiled_graphs
+from msprof_py.profile.graphs import task_graphs
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, npu) -> dict:
+    """Record three training steps of the compiled CNN (exported); the plans it made."""
+    backend.reset()
+    gc.collect()
+    before = set(compiled_graphs())  # graphs of earlier tests may still be alive
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("graph_run")
+    with msprof_py.record(output=out, host_time="modeled", export=True) as rec:
+        model = cnn().to("npu")
+        step = torch.compile(model, backend="npu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(2, 3, 8, 8).to("npu")
+        for _ in range(STEPS):
+            opt.zero_grad()
+            step(x).square().mean().backward()
+            opt.step()
+    plans = {g.name: g.plans for g in set(compiled_graphs()) - before}
+    result = {"path": rec.run_dir, "profile": rec.load(), "plans": plans}
+    torch._dynamo.reset()
+    return result
+
+
+def test_every_plan_is_a_graphs_row_with_its_passes_and_kernels(run: dict) -> None:
+    p = run["profile"]
+    made = [(name, plan) for name, plans in run["plans"].items() for plan in plans]
+    assert len(p.graphs) == len(made) >= 2
+    for name, plan in made:
+        rows = p.graphs[p.graphs["graph"] == name]
+        row = rows.iloc[[plan.kernels == q.kernels for q in run["plans"][name]].index(True)]
+        assert row["kernels"] == len(plan.kernels)
+        assert row["fused_kernels"] == sum(1 for k in plan.kernels if k.pass_name)
+        assert row["workspace_bytes"] == plan.memory.workspace_bytes
+        assert row["no_reuse_bytes"] == plan.memory.no_reuse_bytes
+        assert row["reuse_ratio"] == pytest.approx(plan.memory.reuse_ratio)
+        assert row["streams"] == plan.streams and row["events"] == plan.events
+        assert row["recompile_limit"] == 8 and row["compiles"] >= 1
+        kernels = p.graph_kernels[p.graph_kernels["plan_id"] == row["plan_id"]]
+        assert list(kernels["name"]) == [k.name for k in plan.kernels]
+        assert list(kernels["stream"]) == [k.stream for k in plan.kernels]
+        passes = p.graph_passes[p.graph_passes["plan_id"] == row["plan_id"]]
+        assert list(passes["pass_name"]) == [r.pass_name for r in plan.records]
+        assert list(passes["hit"]) == [r.hit for r in plan.records]
+    # the training forward fuses BN+ReLU (no convolution reads the ReLU here)
+    fwd = p.graph_passes[p.graph_passes["graph"].str.endswith("_forward")]
+    assert (fwd["pass_name"] == "ZBNupdateReluV2Conv2DBNreducePass").any() and fwd["hit"].all()
+
+
+def test_first_plans_carry_the_compile_time_of_their_span(run: dict) -> None:
+    p = run["profile"]
+    spans = p.host_events[p.host_events["name"].str.startswith("compile ")]
+    first = p.graphs[~p.graphs["replan"]]
+    by_graph = dict(
+        zip(spans["name"].str.slice(8), spans["end_ns"] - spans["start_ns"], strict=True)
+    )
+    assert dict(zip(first["graph"], first["compile_ns"], strict=True)) == by_graph
+
+
+def test_graph_tasks_are_attributed_to_their_graph(run: dict) -> None:
+    p = run["profile"]
+    graph = task_graphs(p.tasks, p.host_events)
+    kernels = p.graph_kernels
+    for name in set(graph) - {""}:
+        names = set(p.tasks.loc[graph == name, "name"])
+        assert names <= set(kernels.loc[kernels["graph"] == name, "name"])
+    assert (graph == "").any()  # the optimizer step runs eagerly
+
+
+def test_fusion_result_json_in_the_run_folder_and_the_export(run: dict) -> None:
+    path: Path = run["path"]
+    doc = json.loads((path / "fusion_result.json").read_text())
+    exported = json.loads((path / "ASCEND_PROFILER_OUTPUT" / "fusion_result.json").read_text())
+    assert doc == exported
+    p = run["profile"]
+    assert [e["graph"] for e in doc] == list(p.graphs.sort_values("plan_id")["graph"])
+    for entry in doc:
+        passes = entry["passes"]
+        for name, counts in entry["graph_fusion"].items():
+            mine = [x for x in passes if x["pass_name"] == name]
+            assert counts == {
+                "match_times": str(len(mine)),
+                "effect_times": str(sum(x["hit"] for x in mine)),
+            }
+
+
+def test_kernel_details_show_the_graph_node_names(run: dict) -> None:
+    path: Path = run["path"]
+    with open(path / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as f:
+        names = {row["Name"] for row in csv.DictReader(f)}
+    planned = set(run["profile"].graph_kernels["name"])
+    assert "_native_batch_norm_legit_functional" in planned
+    assert planned & names and "_native_batch_norm_legit_functional" in names
+
+
+def test_analysis_splits_the_step_and_describes_the_graphs(run: dict) -> None:
+    a = msprof_py.analyze(run["path"], warmup=0, keep_outliers=True)  # every step
+    summary = a.graphs["summary"][0]
+    assert summary["compiled"] is True and summary["graphs"] == len(run["plans"])
+    p = run["profile"]
+    graph = task_graphs(p.tasks, p.host_events)
+    dur = p.tasks["end_ns"] - p.tasks["start_ns"]
+    assert summary["graph_device_ns_per_step"] == pytest.approx(dur[graph != ""].sum() / STEPS)
+    assert summary["eager_device_ns_per_step"] == pytest.approx(dur[graph == ""].sum() / STEPS)
+    # two graph calls per step (forward and backward)
+    assert summary["graph_calls_per_step"] == 2
+    table = a.graphs["graphs"]
+    last = p.graphs.sort_values("plan_id").groupby("graph").tail(1).set_index("graph")
+    for r in table.itertuples():
+        assert r.fused_kernels == last.loc[r.graph, "fused_kernels"]
+        assert r.reuse_ratio == pytest.approx(last.loc[r.graph, "reuse_ratio"])
+    doc = a.to_json()
+    assert doc["graphs"]["summary"][0]["graphs"] == summary["graphs"]
+    conv = a.finding("fusion_conv_bn_relu")
+    assert "ZBNupdateReluV2Conv2DBNreducePass fired" in conv.message
