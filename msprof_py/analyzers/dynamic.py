@@ -5,7 +5,9 @@ each kernel key (op, shapes, dtypes, formats, attributes) it meets for the first
 host span ``compile <OpType>`` (``jit_compile=True``: an online compile) or ``tiling <OpType>``
 (binary kernels: host tiling only). A loop with fixed shapes pays them in its first step,
 which the analysis leaves out; a loop whose shapes keep changing (variable sequence lengths,
-a last short batch, a shrinking packed batch) pays them every step. Graph compiles
+a last short batch, a shrinking packed batch) pays them step after step. Builds in one
+analysed step only (ops a loop runs from its second step on: an optimizer's momentum
+update) are a second warm-up, not dynamic shapes. Graph compiles
 (``compile <graph>``) are told apart by their name: it is no kernel op type of the profile.
 """
 
@@ -23,9 +25,9 @@ BUILD_COLUMNS = ["kind", "op_type", "count", "host_ns"]
 SHAPE_COLUMNS = ["op_type", "shapes", "new_shapes"]
 
 
-def builds(data: RankData, analysed: bool = True) -> pd.DataFrame:
-    """Kernel builds of new keys in the analysed steps (or the whole run): one row per
-    (``compile`` | ``tiling``, op type) with their count and host time."""
+def build_spans(data: RankData, analysed: bool = True) -> pd.DataFrame:
+    """The compile and tiling spans of the analysed steps (or the whole run): kind
+    (``compile`` | ``tiling``), op type, host time and step of each."""
     host = data.host if analysed else data.all_host
     api = host[host["kind"] == "api"]
     names = api["name"].astype(str)
@@ -35,15 +37,22 @@ def builds(data: RankData, analysed: bool = True) -> pd.DataFrame:
     op_type = names.str.split(" ", n=1).str[1]
     known = set(data.all_tasks.loc[data.all_tasks["kind"] == KERNEL, "op_type"].astype(str))
     keep = (kind != "") & op_type.isin(known)
-    if not keep.any():
-        return pd.DataFrame(columns=BUILD_COLUMNS)
-    rows = pd.DataFrame(
+    return pd.DataFrame(
         {
             "kind": kind[keep],
             "op_type": op_type[keep],
             "host_ns": (api["end_ns"] - api["start_ns"])[keep],
+            "step": api["step"][keep],
         }
-    )
+    ).reset_index(drop=True)
+
+
+def builds(data: RankData, analysed: bool = True) -> pd.DataFrame:
+    """Kernel builds of new keys in the analysed steps (or the whole run): one row per
+    (``compile`` | ``tiling``, op type) with their count and host time."""
+    rows = build_spans(data, analysed)
+    if rows.empty:
+        return pd.DataFrame(columns=BUILD_COLUMNS)
     table = rows.groupby(["kind", "op_type"], sort=False)["host_ns"].agg(["count", "sum"])
     table = table.reset_index().rename(columns={"sum": "host_ns"})
     return table.sort_values(["host_ns", "op_type"], ascending=[False, True], kind="stable")[

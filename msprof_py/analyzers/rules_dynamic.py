@@ -28,8 +28,10 @@ def dynamic_shapes(ctx: RuleContext, spec: RuleSpec) -> Finding:
     need_tasks(data)
     if not (data.all_host["kind"] == "api").any():
         raise Skip("no runtime API host spans recorded (compile and tiling spans)")
+    spans = dynamic.build_spans(data)
     table = dynamic.builds(data)
     n = data.n_steps
+    steps_with_builds = int(spans["step"].nunique()) if len(spans) else 0
     count = int(table["count"].sum()) if len(table) else 0
     host_ns = float(table["host_ns"].sum()) if len(table) else 0.0
     share = data.share(host_ns)
@@ -40,9 +42,14 @@ def dynamic_shapes(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "share": share,
         "varying_ops": len(varying),
         "dynamic_share": dynamic.dynamic_share(data),
+        "steps_with_builds": steps_with_builds,
     }
     th = spec.thresholds
-    if count / n < th["min_builds_per_step"] or share < th["min_share"]:
+    if (
+        count / n < th["min_builds_per_step"]
+        or share < th["min_share"]
+        or steps_with_builds < th["min_steps"]
+    ):
         return spec.ok(data.rank, values)
     jit = bool((table["kind"] == "compile").any())
     top = ", ".join(f"{r.op_type} ({r.new_shapes} new)" for r in varying.head(3).itertuples())

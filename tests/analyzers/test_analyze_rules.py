@@ -300,18 +300,19 @@ def dispatch(host_bound: bool = True) -> Profile:
 
 
 def dynamic(compiles: bool = True) -> Profile:
-    """A MatMul per step on a new shape, compiled online for 4 us each (4% of the step)."""
-    b = base()
-    b.op(
-        "aten::mm",
-        0,
-        1000,
-        [dict(start=5000, end=STEP, op_type="MatMul", input_shapes="8,16;16,16")],
-    )
-    if compiles:
-        b.event("api", "compile MatMul", 1000, 5000)
-    else:
-        b.event("api", "compile graph_0", 1000, 5000)  # a graph compile, not a kernel build
+    """Two steps, each a MatMul on a new shape compiled online for 4 us (4% of the step)."""
+    b = base().step(1, STEP, 2 * STEP)
+    for step in (0, 1):
+        t = step * STEP
+        b.op(
+            "aten::mm",
+            t,
+            t + 1000,
+            [dict(start=t + 5000, end=t + STEP, op_type="MatMul", input_shapes=f"{8 + step},16")],
+            step=step,
+        )
+        name = "compile MatMul" if compiles else "compile graph_0"  # graph_0: a graph compile
+        b.event("api", name, t + 1000, t + 5000, step=step)
     return b.build()
 
 
