@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from msprof_py.adapter import formats, host_fallback, runtime, shapes_only
+from msprof_py.adapter.compile_cache import attributes
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
@@ -361,9 +362,9 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
     if src == dst:
         return
     cost = costmodel.transdata_cost(state.npu.spec, shape, dtype_name(t.dtype), src, dst)
-    _submit(
-        state, "TransData", "TransData", cost, ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
-    )
+    ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
+    compile_kernel(state, "TransData", ins, outs)
+    _submit(state, "TransData", "TransData", cost, ins, outs)
     if retag:
         set_storage_format(t, dst, shape)
         if dst != formats.ND:  # the padded layout takes more device memory
@@ -472,6 +473,11 @@ def launch(
             _KERNEL_CACHE.clear()
         _KERNEL_CACHE[cache_key] = kernels
     present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
+    if kernels and state.capture is None:
+        compile_key = (cache_key, attributes(args))
+        compiled = state.compiled
+        if compile_key not in compiled.keys:
+            compiled.miss(state.npu.engine, compile_key, [k.op_type for k in kernels])
     for kernel in kernels:
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
 
@@ -487,9 +493,9 @@ def launch_custom(
     """Launch a kernel an adapter-implemented op (fused op, collective) costed itself."""
     if state.meta:  # the kernel writes its outputs: values the host knew are gone
         shapes_only.forget(outputs)
-    _submit(
-        state, name, op_type, cost, tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
-    )
+    ins, outs = tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
+    compile_kernel(state, op_type, ins, outs)
+    _submit(state, name, op_type, cost, ins, outs)
 
 
 def launch_shapes(
@@ -503,14 +509,19 @@ def launch_shapes(
     """Launch a kernel described by the (shape, dtype) of the plain-layout tensors it reads
     and writes (kernels of a host op that are not one npu tensor each, such as time steps)."""
     nd = formats.ND
-    _submit(
-        state,
-        name,
-        op_type,
-        cost,
-        tuple((s, d, nd) for s, d in inputs),
-        tuple((s, d, nd) for s, d in outputs),
-    )
+    ins = tuple((s, d, nd) for s, d in inputs)
+    outs = tuple((s, d, nd) for s, d in outputs)
+    compile_kernel(state, op_type, ins, outs)
+    _submit(state, name, op_type, cost, ins, outs)
+
+
+def compile_kernel(state: AdapterState, op_type: str, ins: tuple, outs: tuple) -> None:
+    """Charge the host for building kernel ``op_type`` on a key it has not met yet."""
+    if state.capture is None:
+        key = (op_type, ins, outs)
+        compiled = state.compiled
+        if key not in compiled.keys:
+            compiled.miss(state.npu.engine, key, (op_type,))
 
 
 def _submit(
@@ -543,6 +554,7 @@ def _submit(
         output_shapes=fields[3],
         output_dtypes=fields[4],
         output_formats=fields[5],
+        attrs=state.compiled.attrs,
     )
 
 

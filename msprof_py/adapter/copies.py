@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from msprof_py.adapter import formats, runtime, shapes_only
-from msprof_py.adapter.backend import transdata
+from msprof_py.adapter.backend import compile_kernel, transdata
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import host_view, set_storage_format, storage_format
@@ -36,11 +36,14 @@ def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_t
     cost = costmodel.vector_cost(
         state.npu.spec, elements=dst.numel(), dtype=dtype_name(dst.dtype), bytes_moved=nbytes
     )
+    keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
     if state.capture is not None:
-        keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
         state.capture.append(CapturedKernel("aten::copy_", op_type, cost, *keys))
         return
-    state.npu.engine.submit_kernel(state.stream, cost, name="aten::copy_", op_type=op_type)
+    compile_kernel(state, op_type, *keys)
+    state.npu.engine.submit_kernel(
+        state.stream, cost, name="aten::copy_", op_type=op_type, attrs=state.compiled.attrs
+    )
 
 
 def _d2d_copy_cost(state: AdapterState, nbytes: int) -> costmodel.KernelCost:

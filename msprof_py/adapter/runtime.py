@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from msprof_py.adapter.compile_cache import CompileCache
 from msprof_py.device import SimulatedNpu, Stream
 from msprof_py.device.costmodel import KernelCost
 
@@ -42,12 +43,15 @@ class AdapterState:
     #: tensors created meanwhile take no device memory of their own (the graph's workspace
     #: holds them)
     capture: list[CapturedKernel] | None = field(init=False, default=None)
+    #: the op compile cache and compile mode (:mod:`msprof_py.adapter.compile_cache`)
+    compiled: CompileCache = field(init=False)
     _op_open: bool = field(init=False, default=False)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.stream = self.npu.engine.default_stream
+        self.compiled = CompileCache(self.npu.spec.compile)
         self.measured = self.settings.host_time == "measured"
         self.meta = self.settings.numerics == "none"
         self._outside_since = time.perf_counter_ns()

@@ -133,14 +133,17 @@ def step_change(host: float, device: float, dh: float, dd: float) -> float:
 
 
 def busy_per_step(data: RankData) -> tuple[float, float, float]:
-    """Mean host busy time (the step less the time the host blocked in syncs), the device's
-    critical time (the step less the device idle the host caused: dispatch, other host work,
-    data loading) and the step time, in ns."""
+    """Mean host busy time (the step's host range less the time the host blocked in syncs),
+    the device's critical time (the step less the device idle the host caused: dispatch, other
+    host work, data loading) and the step time, in ns. The host range, not the device window:
+    how much device work the previous step left queued moves the window's start and the
+    first sync's length, not the host's work."""
     steps = timeline.step_breakdown(data)
     n = data.n_steps
     step = float(steps["step_ns"].sum()) / n
     syncs = data.host[data.host["kind"] == "sync"]
-    host = step - float((syncs["end_ns"] - syncs["start_ns"]).sum()) / n
+    host_range = float(data.steps["host_ns"].sum()) / n if len(data.steps) else step
+    host = host_range - float((syncs["end_ns"] - syncs["start_ns"]).sum()) / n
     host_idle = sum(
         float(steps[c].sum())
         for c in ("idle_dispatch_ns", "idle_other_ns", "idle_data_loading_ns")

@@ -13,6 +13,7 @@ from msprof_py.analyzers import (
     rules_attention,
     rules_cluster,
     rules_compute,
+    rules_dynamic,
     rules_quant,
     rules_schedule,
 )
@@ -37,6 +38,7 @@ RULES: dict[str, Rule] = {
     "aicpu_fallback": rules_compute.aicpu_fallback,
     "quantized_on_host": rules_quant.quantized_on_host,
     "host_bound_dispatch": rules_schedule.host_bound_dispatch,
+    "dynamic_shapes": rules_dynamic.dynamic_shapes,
     "recompile_storm": rules_schedule.recompile_storm,
     "exposed_copies": rules_schedule.exposed_copies,
     "small_copies": rules_schedule.small_copies,

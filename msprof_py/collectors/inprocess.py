@@ -71,12 +71,15 @@ def _device_name(origin: str) -> str:
 def settle_device() -> None:
     """Make the device's state independent of what ran before: collect garbage (freeing the
     npu tensors only cycles still hold), wait for all device work, give the caching
-    allocator's free segments back and reset the memory peaks."""
-    npu = runtime.state().npu
+    allocator's free segments back, reset the memory peaks and empty the op compile cache
+    (each recording compiles its kernels as a fresh process does; the compile mode stays)."""
+    state = runtime.state()
+    npu = state.npu
     gc.collect()
     npu.engine.synchronize_device()
     npu.memory.empty_cache()
     npu.memory.reset_peak_stats()
+    state.compiled.clear()
 
 
 class Recording:

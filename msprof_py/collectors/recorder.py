@@ -87,12 +87,12 @@ def _arg_shapes(args: tuple) -> tuple[str, str]:
 
 
 #: the attribute columns of a task without attributes (most kernels)
-_NO_ATTRS = ("", False, "", "", 0, 0)
+_NO_ATTRS = ("", False, "", "", 0, 0, "")
 
 
-def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, int]:
+def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, int, str]:
     """The attribute columns of a task row: copy kind, pinned, collective, algorithm, world
-    size, notify wait."""
+    size, notify wait, op state."""
     return (
         str(attrs.get("copy_kind", "")),
         bool(attrs.get("pinned", False)),
@@ -100,6 +100,7 @@ def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, in
         str(attrs.get("algorithm", "")),
         int(attrs.get("world_size", 0)),
         int(attrs.get("notify_wait_ns", 0)),
+        str(attrs.get("op_state", "")),
     )
 
 

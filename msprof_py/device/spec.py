@@ -190,6 +190,21 @@ class LimitsSpec:
 
 
 @dataclass(frozen=True)
+class CompileSpec:
+    """How the host builds an op's kernel for a new (op, shapes, dtypes, formats, attributes).
+
+    ``jit_compile`` is the chip's default of ``torch_npu.npu.set_compile_mode``: True compiles
+    each new key online (``online_compile_ns`` on the host), False runs prebuilt binary kernels
+    and pays only host tiling for a new key (``tiling_ns``; tiling of a known key is inside
+    ``dispatch.stage2``). Specs without the section compile nothing (the costs are 0).
+    """
+
+    jit_compile: bool = False
+    online_compile_ns: int = 0
+    tiling_ns: int = 0
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """A complete, validated simulated-NPU description. Load with :meth:`load`."""
 
@@ -207,6 +222,7 @@ class DeviceSpec:
     hccl: HcclSpec
     allocation: AllocationSpec
     limits: LimitsSpec
+    compile: CompileSpec = field(default_factory=CompileSpec)
     #: dotted field name (as written in the TOML file) -> where the value comes from.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     #: the file the spec was read from (a preset or a user file).
@@ -518,6 +534,14 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
             ("max_block_dim", "max_block_dim", _int(1)),
         ],
     ),
+    "compile": (
+        CompileSpec,
+        [
+            ("jit_compile", "jit_compile", _bool),
+            ("online_compile_us", "online_compile_ns", _us_to_ns),
+            ("tiling_us", "tiling_ns", _us_to_ns),
+        ],
+    ),
 }
 
 _DEVICE_FIELDS: list[tuple[str, Callable[[Any], Any]]] = [
@@ -593,7 +617,16 @@ def _convert_fractal(
 
 #: fields a spec may leave out (added after profiles carrying their spec inline existed): the
 #: dataclass default applies, and the spec behaves as before the field existed
-OPTIONAL_FIELDS = frozenset({"hccl.mesh_size", "hccl.group_alpha_us", "hccl.group_bandwidth_gb_s"})
+OPTIONAL_FIELDS = frozenset(
+    {
+        "hccl.mesh_size",
+        "hccl.group_alpha_us",
+        "hccl.group_bandwidth_gb_s",
+        "compile.jit_compile",
+        "compile.online_compile_us",
+        "compile.tiling_us",
+    }
+)
 #: sections a spec may leave out, each validated by the module that reads it from
 #: :attr:`DeviceSpec.raw` (``[dvpp]``: :func:`msprof_py.device.dvpp.dvpp_spec`)
 OPTIONAL_SECTIONS = frozenset({"dvpp"})

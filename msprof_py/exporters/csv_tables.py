@@ -12,8 +12,10 @@ Choices worth knowing:
   ``Block Dim`` / ``Mix Block Dim`` (the names msprof-analyze's block-dim check reads; current
   CANN names them ``Block Num`` / ``Mix Block Num``). ``Mix Block Dim`` of a MIX_AIC task is
   its vector block count (2 AIV per AIC group), 0 otherwise.
-* ``OP State`` is ``static`` for kernels: the simulated device runs every kernel with the
-  shapes fixed at launch (there is no dynamic-shape compilation); collectives have ``N/A``.
+* ``OP State`` is the kernel's compile state (:mod:`msprof_py.adapter.compile_cache`):
+  ``dynamic`` for a prebuilt binary kernel tiled at run time (``jit_compile=False``, the A2/A3
+  default), ``static`` for a kernel compiled online for its shapes (``jit_compile=True``) and
+  for kernels of profiles recorded before the state was; collectives have ``N/A``.
 * Shapes are written as torch_npu writes them, in literal double quotes (``"8,3;16"``).
 * ``Step Id`` / ``Step`` is the profile's step the task's launch belongs to.
 """
@@ -190,6 +192,12 @@ def _or_na(values: pd.Series | np.ndarray) -> pd.Series:
     return series(pc.if_else(pc.equal(arr, ""), "N/A", arr))
 
 
+def _op_state(t: pd.DataFrame, kernel: np.ndarray) -> np.ndarray:
+    """``dynamic`` / ``static`` for kernels (unknown reads as ``static``), ``N/A`` otherwise."""
+    dynamic = (t["op_state"] == "dynamic").to_numpy(dtype=bool)
+    return np.where(kernel, np.where(dynamic, "dynamic", "static"), "N/A")
+
+
 def _round(values: np.ndarray | pd.Series, digits: int = 3) -> np.ndarray:
     return np.round(np.asarray(values, dtype=np.float64), digits)
 
@@ -215,7 +223,7 @@ def _op_summary(data: ExportData) -> pd.DataFrame:
             "Stream ID": t["stream_id"].to_numpy(),
             "Op Name": t["kernel_name"],
             "OP Type": naming.collective_types(t),
-            "OP State": np.where(kernel, "static", "N/A"),
+            "OP State": _op_state(t, kernel),
             "Task Type": t["summary_type"].to_numpy(),
             "Task Start Time(us)": t["ts"],
             "Task Duration(us)": us(t["dur_ns"]),

@@ -101,7 +101,9 @@ class ExportData:
         name (:func:`naming.sync_api_names`)."""
         h = self.profile.host_events
         sync = h[h["kind"].isin(["sync", "api"])]
-        sync = sync.assign(api=naming.sync_api_names(sync))
+        t = self.profile.tasks
+        op_types = t.loc[t["kind"] == "kernel", "op_type"].astype(str).unique()
+        sync = sync.assign(api=naming.sync_api_names(sync, op_types))
         return sync[sync["api"].notna()].reset_index(drop=True)
 
     @cached_property

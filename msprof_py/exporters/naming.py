@@ -28,7 +28,7 @@ One place for the conventions every Ascend export shares:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -180,14 +180,26 @@ def api_level(api: np.ndarray) -> np.ndarray:
     return np.where(pd.Series(api, dtype=object).str.startswith("Hccl").to_numpy(), "hccl", "acl")
 
 
-def sync_api_names(syncs: pd.DataFrame) -> np.ndarray:
+#: the CANN API of an online op compile (jit_compile=True): what msprof-analyze's Operator
+#: Dispatch check counts (``AscendCL@aclopCompileAndExecute``)
+OP_COMPILE_API = "aclopCompileAndExecute"
+
+
+def sync_api_names(syncs: pd.DataFrame, op_types: Collection[str] = ()) -> np.ndarray:
     """CANN API of host waits and API calls: their own ``acl*`` name, a stream sync (a wait on
-    one stream), or None (no API: a full task queue, a step mark ...)."""
+    one stream), ``aclopCompileAndExecute`` for an online op compile (``compile <OpType>`` with
+    ``OpType`` in ``op_types``, the kernel op types of the profile; a graph's compile is no op
+    compile), or None (no API: a full task queue, a step mark ...). Only the aclop calls that
+    compile are events: a call whose kernel is built costs its launch, as any launch."""
     name = syncs["name"].to_numpy(dtype=object)
     stream = np.where((syncs["kind"] == "sync").to_numpy(), syncs["stream_id"].to_numpy(), -1)
-    acl = pd.Series(name, dtype=object).str.startswith("acl").to_numpy()
-    queue_full = pd.Series(name, dtype=object).str.endswith("queue full").to_numpy()
+    names = pd.Series(name, dtype=object)
+    acl = names.str.startswith("acl").to_numpy()
+    queue_full = names.str.endswith("queue full").to_numpy()
     out = np.full(len(syncs), None, dtype=object)
     out[(stream >= 0) & ~queue_full] = "aclrtSynchronizeStream"
     out[acl] = name[acl]
+    if len(op_types):
+        compiled = names.str.startswith("compile ") & names.str[8:].isin(list(op_types))
+        out[compiled.to_numpy() & (syncs["kind"] == "api").to_numpy()] = OP_COMPILE_API
     return out

@@ -84,6 +84,12 @@ TASKS = Table(
             _I64,
             "collectives: the part of the task spent waiting for the peers (HCCL notify wait)",
         ),
+        Column(
+            "op_state",
+            _STR,
+            "kernels: dynamic (a prebuilt binary kernel tiled at run time) | static (compiled "
+            "for its shapes) | empty (not known: read as static)",
+        ),
         Column("cube_ns", _I64, "kernels: modelled cube (MAC) time, 0 otherwise"),
         Column("vector_ns", _I64, "kernels: modelled vector-unit time, 0 otherwise"),
         Column("memory_ns", _I64, "kernels: modelled HBM traffic time (loads + stores), else 0"),

@@ -299,6 +299,23 @@ def dispatch(host_bound: bool = True) -> Profile:
     return b.build()
 
 
+def dynamic(compiles: bool = True) -> Profile:
+    """Two steps, each a MatMul on a new shape compiled online for 4 us (4% of the step)."""
+    b = base().step(1, STEP, 2 * STEP)
+    for step in (0, 1):
+        t = step * STEP
+        b.op(
+            "aten::mm",
+            t,
+            t + 1000,
+            [dict(start=t + 5000, end=t + STEP, op_type="MatMul", input_shapes=f"{8 + step},16")],
+            step=step,
+        )
+        name = "compile MatMul" if compiles else "compile graph_0"  # graph_0: a graph compile
+        b.event("api", name, t + 1000, t + 5000, step=step)
+    return b.build()
+
+
 CODE = "forward (model.py:12)"
 
 
@@ -520,6 +537,7 @@ CASES: dict[
     "aicpu_fallback": (aicpu, lambda: aicpu(False), no_tasks, "no device tasks"),
     "quantized_on_host": (quantized, lambda: quantized(False), tasks_only, "no host ops"),
     "host_bound_dispatch": (dispatch, lambda: dispatch(False), tasks_only, "no host ops"),
+    "dynamic_shapes": (dynamic, lambda: dynamic(False), tasks_only, "no runtime API"),
     "recompile_storm": (
         storm,
         lambda: storm(2),

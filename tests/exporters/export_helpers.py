@@ -142,6 +142,7 @@ def big_profile(
             "algorithm": np.where(kinds == "collective", "mesh", ""),
             "world_size": np.where(kinds == "collective", 2, 0),
             "notify_wait_ns": 0,
+            "op_state": np.where(kinds == "kernel", "dynamic", ""),
             "cube_ns": np.where(task_type == "AI_CORE", dur // 2, 0),
             "vector_ns": np.where(task_type == "AI_VECTOR_CORE", dur // 2, 0),
             "memory_ns": np.where(kinds == "kernel", dur // 3, 0),

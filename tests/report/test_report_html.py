@@ -22,6 +22,7 @@ from report_helpers import (
     typed_array,
 )
 
+from msprof_py.analyzers import analyze
 from msprof_py.profile import TABLES, Profile, load
 from msprof_py.profile.schema import default_row
 from msprof_py.report import timeline, write_report
@@ -273,7 +274,10 @@ def test_recommendations_link_to_their_ops(run_dir: Path, report_file: Path) -> 
     lanes = json.loads(re.search(r'id="timeline-lanes">(.*?)</script>', text, re.S).group(1))
     profile = load(run_dir)
     origin = min(profile.tasks["start_ns"].min(), profile.host_events["start_ns"].min())
-    tasks, host = (df[df["step"] >= 1] for df in (profile.tasks, profile.host_events))
+    # the analysed steps: not the warm-up step 0, nor the "end of run" tail after the last step
+    analysed = analyze(run_dir).profile["steps_analysed"]
+    assert 0 not in analysed
+    tasks, host = (df[df["step"].isin(analysed)] for df in (profile.tasks, profile.host_events))
     for start, end, lane, name in links:
         name = html.unescape(name)
         assert html.unescape(lane) in lanes

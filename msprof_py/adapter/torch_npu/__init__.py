@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from msprof_py.adapter.torch_npu import contrib, optim, profiler
+from msprof_py.adapter.torch_npu import contrib, npu_compile, optim, profiler
 from msprof_py.adapter.torch_npu.format_api import get_npu_format, npu_format_cast, npu_format_cast_
 from msprof_py.adapter.torch_npu.fused import (
     npu_fusion_attention,
@@ -18,8 +18,10 @@ from msprof_py.adapter.torch_npu.fused import (
     npu_swiglu,
 )
 from msprof_py.adapter.torch_npu.quant import npu_quant_matmul, npu_trans_quant_param
+from msprof_py.adapter.torch_npu.rnn import npu_lstm
 
 npu = torch.npu
+npu_compile.attach(npu)  # torch_npu.npu.set_compile_mode
 __version__ = "2.13.0+msprof"
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "npu_format_cast",
     "npu_format_cast_",
     "npu_fusion_attention",
+    "npu_lstm",
     "npu_quant_matmul",
     "npu_rms_norm",
     "npu_rotary_mul",
