@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,11 +235,19 @@ class Session:
             self.writer.flush()
 
     def stop(self, status: str = "completed") -> Path | None:
-        """Flush everything; return the run directory (None if nothing was recorded)."""
+        """Flush everything; return the run directory (None if nothing was recorded).
+
+        Ctrl-C is held off while the profile is saved: a second press (the first one seemed
+        not to work, under load) would interrupt the flush and the exit that follows it."""
         with self._lock:
             if self._stopped or self.pid != os.getpid() or self.writer is None:
                 return None
             self._stopped = True
+        with _sigint_held():
+            return self._save(status)
+
+    def _save(self, status: str) -> Path | None:
+        assert self.writer is not None
         recorder = self.recorder
         assert recorder is not None
         self._detach()
@@ -436,6 +445,21 @@ class Session:
                 dist.init_process_group = original
 
         self._restore.append(restore)
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Ignore SIGINT in the main thread for the duration (restored afterwards)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _is_compiled_wrapper(module: Any) -> bool:
