@@ -295,12 +295,12 @@ def _op_rows(data: RankData) -> pd.DataFrame:
         out_shapes=out_shapes,
         cube=np.isin(ids, list(cube_ops)),
         h2d=np.isin(ids, list(h2d)),
-        optimizer=_in_optimizer(data, ops),
+        optimizer=in_optimizer(data, ops),
         module=ops["module"].astype(object).fillna("").astype(str),
     )
 
 
-def _in_optimizer(data: RankData, ops: pd.DataFrame) -> np.ndarray:
+def in_optimizer(data: RankData, ops: pd.DataFrame) -> np.ndarray:
     """True for ops inside an ``Optimizer.step`` annotation."""
     host = data.all_host
     ann = host[host["kind"] == "annotation"]
@@ -480,7 +480,7 @@ def scaler_ops(data: RankData) -> np.ndarray:
         inside = intervals.Coverage(
             scaler["start_ns"].to_numpy(), scaler["end_ns"].to_numpy()
         ).contains(start)
-        mask = inside & ~_in_optimizer(data, ops)
+        mask = inside & ~in_optimizer(data, ops)
     else:
         mask = ops["name"].astype(str).str.contains("_amp_").to_numpy(bool) | shapes.has_dtype(
             ops["input_dtypes"], frozenset({"float64"})

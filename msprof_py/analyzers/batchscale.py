@@ -26,9 +26,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import intervals, shapes
+from msprof_py.analyzers import ampplan, shapes
 from msprof_py.analyzers.context import AICPU_TYPES, CUBE_TYPES, KERNEL, MEMCPY, RankData
-from msprof_py.analyzers.patterns import OPTIMIZER_ANNOTATION
 from msprof_py.device import costmodel
 from msprof_py.device.dtypes import itemsize
 from msprof_py.device.spec import DeviceSpec, SpecError
@@ -47,17 +46,15 @@ def carries_batch(shape: tuple[int, ...], batch: int, params: frozenset[tuple[in
     return head > batch and head % batch == 0 and shape not in params
 
 
-def parameter_shapes(data: RankData) -> frozenset[tuple[int, ...]]:
-    """Shapes of the tensors the kernels inside ``Optimizer.step`` ranges read or write."""
-    host = data.all_host
-    ann = host[host["kind"] == "annotation"]
-    names = ann["name"].astype(str)
-    opt = ann[names.str.match(OPTIMIZER_ANNOTATION).fillna(False).to_numpy(bool)]
-    if opt.empty:
-        return frozenset()
-    cover = intervals.Coverage(opt["start_ns"].to_numpy(), opt["end_ns"].to_numpy())
+def optimizer_ops(data: RankData) -> np.ndarray:
+    """Event ids of the host ops inside ``Optimizer.step`` ranges (their work is per
+    parameter: it never grows with the batch)."""
     ops = data.all_host_ops
-    inside = ops.loc[cover.contains(ops["start_ns"].to_numpy()), "event_id"].to_numpy()
+    return ops.loc[ampplan.in_optimizer(data, ops), "event_id"].to_numpy()
+
+
+def parameter_shapes(data: RankData, inside: np.ndarray) -> frozenset[tuple[int, ...]]:
+    """Shapes of the tensors the kernels of the optimizer ops ``inside`` read or write."""
     t = data.all_tasks
     t = t[np.isin(t["host_op_id"].to_numpy(), inside)]
     found: set[tuple[int, ...]] = set()
@@ -67,23 +64,40 @@ def parameter_shapes(data: RankData) -> frozenset[tuple[int, ...]]:
 
 
 def grows_with_batch(
-    tasks: pd.DataFrame, batch: int, params: frozenset[tuple[int, ...]] = frozenset()
+    tasks: pd.DataFrame,
+    batch: int,
+    params: frozenset[tuple[int, ...]] = frozenset(),
+    fixed_ops: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per task: one of its input or output tensors carries the batch (a task recorded
-    without shapes is taken to grow: the safe side of the estimate)."""
+    """Per task: one of its input or output tensors carries the batch. A kernel recorded
+    without any tensor description is taken to grow (the safe side of the estimate), as is a
+    host-to-device copy without one, a read back (a value) not; a task launched by one of
+    ``fixed_ops`` (the optimizer's) never grows."""
     if tasks.empty:
         return np.zeros(0, dtype=bool)
-    codes, combos = shapes.factorize(tasks["input_shapes"], tasks["output_shapes"])
-    hit = np.array(
+    codes, combos = shapes.factorize(
+        tasks["input_shapes"], tasks["output_shapes"], tasks["input_dtypes"], tasks["output_dtypes"]
+    )
+    carried = np.array(
         [
-            not (i or o) or any(carries_batch(d, batch, params) for d in shapes.parse(f"{i};{o}"))
-            for i, o in combos
+            any(carries_batch(d, batch, params) for d in shapes.parse(f"{i};{o}"))
+            for i, o, _, _ in combos
         ],
         dtype=bool,
-    )
-    return hit[codes]
+    )[codes]
+    # no tensor described at all (0-d tensors have a dtype and an empty shape)
+    shapeless = np.array([not (i or o or di or do) for i, o, di, do in combos], dtype=bool)[codes]
+    # an input copy from the host carries the batch; a read back (a loss value) does not
+    kernel_or_input = (tasks["kind"] == KERNEL).to_numpy() | (
+        tasks["copy_kind"].astype(str) == H2D
+    ).to_numpy()
+    grows = carried | (shapeless & kernel_or_input)
+    if fixed_ops is not None and len(fixed_ops):
+        grows &= ~np.isin(tasks["host_op_id"].to_numpy(), fixed_ops)
+    return grows
 
 
+H2D = "HOST_TO_DEVICE"
 _CONV_FORWARD = ("Conv2D", "Conv1D", "Conv3D")
 _MATMULS = ("MatMul", "BatchMatMul", "MatMulV2", "BatchMatMulV2")
 
@@ -240,7 +254,8 @@ def busy_ratio(data: RankData, batch: int, factor: float) -> float:
     total = float(before.sum())
     if total <= 0:
         return float(factor)
-    params = parameter_shapes(data)
-    grows = grows_with_batch(t, batch, params)
+    fixed = optimizer_ops(data)
+    params = parameter_shapes(data, fixed)
+    grows = grows_with_batch(t, batch, params, fixed)
     after = scaled_durations(spec, t, grows, factor, batch, params)
     return float(after.sum()) / total

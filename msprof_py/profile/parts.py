@@ -124,8 +124,12 @@ def open_part(
             "has changed since it was recorded (checksum mismatch): damaged on disk or edited",
         )
     try:
-        file = pq.ParquetFile(path, read_dictionary=read_dictionary)
+        file = pq.ParquetFile(path)
         schema = file.schema_arrow
+        if read_dictionary:  # only the columns the part has (older parts lack newer ones)
+            wanted = [c for c in read_dictionary if schema.get_field_index(c) >= 0]
+            file = pq.ParquetFile(path, read_dictionary=wanted)
+            schema = file.schema_arrow
         rows = file.metadata.num_rows
         groups = sum(file.metadata.row_group(i).num_rows for i in range(file.num_row_groups))
     except Exception as exc:  # pyarrow raises several kinds for a damaged footer

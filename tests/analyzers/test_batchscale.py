@@ -21,6 +21,7 @@ def _task(**fields: object) -> dict[str, object]:
         "kind": "kernel", "task_type": "AI_VECTOR_CORE", "op_type": "Add", "block_dim": 4,
         "start_ns": 0, "end_ns": 10_000, "cube_ns": 0, "vector_ns": 8_000, "memory_ns": 2_000,
         "input_shapes": "8,64", "output_shapes": "8,64", "input_dtypes": "float16",
+        "output_dtypes": "float16", "host_op_id": -1, "copy_kind": "",
     }  # fmt: skip
     row.update(fields)
     return row
@@ -62,7 +63,10 @@ def test_a_vector_kernel_on_few_cores_absorbs_the_batch_until_the_cores_run_out(
 
 def test_work_recorded_without_shapes_or_terms_grows_linearly() -> None:
     tasks = pd.DataFrame(
-        [_task(input_shapes="", output_shapes=""), _task(vector_ns=0, memory_ns=0)]
+        [
+            _task(input_shapes="", output_shapes="", input_dtypes="", output_dtypes=""),
+            _task(vector_ns=0, memory_ns=0),
+        ]
     )
     grows = batchscale.grows_with_batch(tasks, 8, PARAMS)
     assert list(grows) == [True, True]
@@ -107,3 +111,25 @@ def test_a_matmul_without_a_batch_carrying_operand_has_no_gemm_growth() -> None:
         )
         is None
     )
+
+
+def test_value_reads_and_optimizer_work_never_grow() -> None:
+    tasks = pd.DataFrame(
+        [
+            _task(
+                kind="memcpy",
+                task_type="DMA",
+                input_shapes="",
+                output_shapes="",
+                input_dtypes="",
+                output_dtypes="",
+            ),  # a value read (.item())
+            _task(host_op_id=7),  # batch-shaped, but launched inside Optimizer.step
+            _task(
+                host_op_id=8, input_shapes="", output_shapes="", input_dtypes="", output_dtypes=""
+            ),  # a kernel described by nothing
+            _task(host_op_id=9, input_shapes=";", output_shapes=""),  # 0-d tensors: a counter
+        ]
+    )
+    grows = batchscale.grows_with_batch(tasks, 8, PARAMS, fixed_ops=np.array([7]))
+    assert list(grows) == [False, False, True, False]

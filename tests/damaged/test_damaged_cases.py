@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from msprof_py.cli import cli
 from msprof_py.profile import ProfileError, load
 from msprof_py.profile.meta import sealed
+from msprof_py.profile.schema import default_row
 
 RAW = "msprof_raw"
 
@@ -107,6 +108,22 @@ def test_a_missing_column(copy_of) -> None:
     table = pq.read_table(_part(run))
     pq.write_table(table.drop_columns(["end_ns"]), _part(run))
     _error(run, "tasks-00000.parquet", "lacks the column 'end_ns'")
+
+
+def test_a_part_recorded_before_a_column_existed_loads_with_its_default(copy_of) -> None:
+    """Profiles recorded before ``op_state`` and ``module_path`` existed: the reader asked
+    pyarrow to read those string columns as dictionaries and failed on the part."""
+    run = copy_of()
+    rows = len(load(run).tasks)
+    info = json.loads(_meta(run).read_text())
+    del info["parts"], info["checksum"]  # as an older profile would be: only the schema tells
+    _meta(run).write_text(json.dumps(info))
+    table = pq.read_table(_part(run))
+    pq.write_table(table.drop_columns(["op_state"]), _part(run))
+    tasks = load(run).tasks
+    assert len(tasks) == rows
+    first = tasks["op_state"].astype(str).iloc[: table.num_rows]
+    assert set(first) == {default_row("tasks")["op_state"]}
 
 
 def test_a_column_of_the_wrong_type(copy_of) -> None:
