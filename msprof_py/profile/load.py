@@ -373,6 +373,11 @@ def load(
         raise ProfileError(f"{path}: no such file or directory")
     folders = raw_folders(path)
     if not folders:
+        from msprof_py.importers import find
+
+        importer = find(path)
+        if importer is not None:
+            return importer.load(path)
         raise ProfileError(
             f"{path}: no msprof-py profile here (looked for {META_FILE}, {RAW_DIR}/ "
             f"and */{RAW_DIR}/)"
