@@ -75,6 +75,8 @@ def sources(data: RankData, t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     ops = data.all_host_ops.set_index("event_id")
     op_ids = t["host_op_id"].to_numpy()
     module = ops["module"].reindex(op_ids).astype(object).fillna("").astype(str)
+    in_graph = graph_modules(data, t["name"]).to_numpy()
+    module = module.where(in_graph == "", in_graph)
     last = module.str.rsplit("/", n=1).str[-1].to_numpy()
     for cls, advice in (rules.get("modules") or {}).items():
         hit = last == cls
@@ -91,6 +93,18 @@ def sources(data: RankData, t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         label = prefix.rstrip(".")
         source[hit], text[hit] = label, " ".join(str(advice).split())
     return source, text
+
+
+def graph_modules(data: RankData, names: pd.Series) -> pd.Series:
+    """Per task name, the nn.Module class path its graph kernel records ("" for eager tasks,
+    and for a name whose kernels in different graphs ran in different modules)."""
+    kernels = data.graph_kernels
+    empty = pd.Series("", index=names.index, dtype=object)
+    if kernels.empty or "module" not in kernels.columns:
+        return empty
+    by_name = kernels[["name", "module"]].astype(str).drop_duplicates()
+    by_name = by_name[~by_name["name"].duplicated(keep=False)].set_index("name")["module"]
+    return names.astype(str).map(by_name).fillna("").astype(object)
 
 
 def table(data: RankData) -> pd.DataFrame:

@@ -80,6 +80,8 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "graph_host_share": split["graph_host_share"],
         "eager_host_ns_per_step": split["eager_host_ns_per_step"],
     }
+    if not _compiling_done(split):
+        evidence["apply"] = {"compile": "npu"}
     finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
     finding.advice += compiled_note(data)
     return finding
@@ -89,10 +91,15 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
 COMPILED_DISPATCH_SHARE = 0.5
 
 
+def _compiling_done(split: dict) -> bool:
+    """Whether most host time already goes to compiled graphs (compiling more cannot help)."""
+    return bool(split["compiled"]) and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
+
+
 def _compile_text(split: dict) -> str:
     """The graph-mode part of the dispatch advice: propose compiling where the dispatch is
     eager; say so where it already runs in graphs (never propose compiling compiled code)."""
-    if split["compiled"] and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE:
+    if _compiling_done(split):
         return (
             f"most host time already goes to compiled graphs ({split['graph_host_share']:.0%}, "
             "one launch per graph call), so compiling more does not help; use"

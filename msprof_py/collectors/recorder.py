@@ -416,6 +416,8 @@ class Recorder:
                     k.duration_ns,
                     ";".join(str(o) for o in k.output_offsets),
                     ";".join(str(o) for o in k.output_sizes),
+                    k.module,
+                    k.module_path,
                 ),
             )
 

@@ -151,6 +151,7 @@ class PlannedKernel:
     ("" for a node's own kernel); ``waits``: indices of earlier kernels of the graph it waits
     for on another stream; ``output_offsets``/``output_sizes``: where each value it writes
     lives in the graph's workspace (offset -1, size 0: outside it, e.g. a graph output).
+    ``module`` / ``module_path``: the nn.Module of its first member that names one.
     """
 
     name: str
@@ -163,6 +164,8 @@ class PlannedKernel:
     duration_ns: int = 0
     output_offsets: tuple[int, ...] = ()
     output_sizes: tuple[int, ...] = ()
+    module: str = ""
+    module_path: str = ""
 
 
 @dataclass(slots=True)

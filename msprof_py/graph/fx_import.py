@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -122,6 +123,23 @@ def _outputs(produced: Produced, name: str) -> tuple[tuple[TensorSpec, ...], lis
     return (), []
 
 
+_ROOT = re.compile(r"^L\[['\"][^'\"]*['\"]\]\.?")
+_INDEX = re.compile(r"(?:\._modules)?\[['\"]?(\w+)['\"]?\]")
+
+
+def module_of(fx: torch.fx.Node) -> tuple[str, str]:
+    """The module an FX node ran in, from Dynamo's ``nn_module_stack``: class path
+    (``Sequential/BatchNorm2d``) and instance path (``layers.0.1``) below the compiled module;
+    ("", "") when the node has none (backward graphs, code outside any submodule)."""
+    stack = fx.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    levels = list(stack.values())
+    classes = "/".join(getattr(cls, "__name__", str(cls)) for _, cls in levels)
+    path = _INDEX.sub(lambda m: "." + m.group(1), _ROOT.sub("", str(levels[-1][0])))
+    return classes, path.strip(".")
+
+
 def import_graph(
     name: str,
     gm: torch.fx.GraphModule,
@@ -169,6 +187,7 @@ def import_graph(
             view_of = None
             if isinstance(fx.target, torch._ops.OpOverload) and plan_of(fx.target).view and inputs:
                 view_of = inputs[0]
+            module, module_path = module_of(fx)
             nodes.append(
                 Node(
                     fx.name,
@@ -179,6 +198,8 @@ def import_graph(
                     attrs,
                     tuple(KernelSpec(k.op_type, k.cost) for k in kernels.get(fx.name, ())),
                     view_of,
+                    module,
+                    module_path,
                 )
             )
             refs.refs[fx.name] = out_refs

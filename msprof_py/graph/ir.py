@@ -79,7 +79,10 @@ class Node:
     ``"addmm"`` ...; empty for inputs); ``inputs`` are the tensor arguments in schema order;
     ``attrs`` the other arguments by schema name (JSON-able: numbers, strings, lists, None).
     ``view_of`` names the input a view op's output aliases (views launch no kernel and keep
-    their base alive).
+    their base alive). ``module`` / ``module_path``: the nn.Module the op ran in, as class
+    path (``Sequential/BatchNorm2d``: the levels Dynamo recorded, the compiled module's own
+    class only where Dynamo lists it) and instance path (``layer1.0.bn1``, from the compiled
+    module; "" where the graph does not say, e.g. backward nodes).
     """
 
     name: str
@@ -90,6 +93,8 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     kernels: tuple[KernelSpec, ...] = ()
     view_of: ValueRef | None = None
+    module: str = ""
+    module_path: str = ""
 
     @property
     def is_op(self) -> bool:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from msprof_py.device.engine import Engine
 from msprof_py.device.records import GraphRecord, PlannedKernel, PlannedPass
-from msprof_py.graph.ir import GraphKernel
+from msprof_py.graph.ir import GraphKernel, Node
 from msprof_py.graph.memory_plan import Block
 from msprof_py.graph.pipeline import GraphPlan
 
 
-def _kernel(kernel: GraphKernel, blocks: dict) -> PlannedKernel:
+def _kernel(kernel: GraphKernel, blocks: dict, nodes: dict[str, Node]) -> PlannedKernel:
     placed: list[Block | None] = [blocks.get(ref) for ref in kernel.outputs]
+    owner = next((nodes[m] for m in kernel.members if m in nodes and nodes[m].module_path), None)
     return PlannedKernel(
         kernel.name,
         kernel.op_type,
@@ -31,6 +32,8 @@ def _kernel(kernel: GraphKernel, blocks: dict) -> PlannedKernel:
         int(kernel.cost.duration_ns),
         tuple(b.offset if b is not None else -1 for b in placed),
         tuple(b.size if b is not None else 0 for b in placed),
+        owner.module if owner is not None else "",
+        owner.module_path if owner is not None else "",
     )
 
 
@@ -47,6 +50,7 @@ def plan_record(
     """The record of ``plan`` (see :class:`~msprof_py.device.records.GraphRecord`)."""
     graph, memory = plan.graph, plan.memory
     blocks = {b.value: b for b in memory.blocks}
+    nodes = {n.name: n for n in graph.nodes}
     return GraphRecord(
         time_ns=time_ns,
         graph=graph.name,
@@ -68,7 +72,7 @@ def plan_record(
         passes=tuple(
             PlannedPass(r.pass_name, tuple(r.nodes), r.hit, r.reason) for r in plan.records
         ),
-        kernels=tuple(_kernel(k, blocks) for k in plan.kernels),
+        kernels=tuple(_kernel(k, blocks, nodes) for k in plan.kernels),
     )
 
 

@@ -224,6 +224,8 @@ GRAPH_KERNELS = Table(
         Column("duration_ns", _I64, "planned (modelled) duration"),
         Column("output_offsets", _STR, '";"-separated workspace offsets of its outputs (-1: none)'),
         Column("output_sizes", _STR, '";"-separated workspace bytes of its outputs'),
+        Column("module", _STR, "nn.Module class path of its first member (below the compiled one)"),
+        Column("module_path", _STR, "nn.Module instance path of it ('' where the graph has none)"),
     ),
     ("plan_id", "graph", "index", "name"),
 )

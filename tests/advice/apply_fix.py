@@ -14,6 +14,9 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   in one when the script opens none (no GradScaler is added: bf16 does not need one);
   ``{"autocast": null}``: every npu autocast region is disabled (float32 training);
 * ``{"grad_scaler": false}``: every GradScaler is built disabled (its methods pass through);
+* ``{"compile": BACKEND}``: the outermost module call runs through
+  ``torch.compile(module, backend=BACKEND)`` (each module compiled once; inner calls and the
+  optimizer stay eager, as a user wrapping ``model`` would have it);
 * ``{"batch_size": N}``: the script's own ``--batch-size`` option set to N (a script without
   one cannot take this recipe).
 """
@@ -93,6 +96,26 @@ def apply_autocast(dtype_name: str | None) -> None:
     torch.nn.Module.__call__ = patched_call
 
 
+def apply_compile(backend: str) -> None:
+    """Run the outermost module call of the script through ``torch.compile``."""
+    call = torch.nn.Module.__call__
+    compiled: dict[int, Any] = {}
+    depth = [0]
+
+    def patched_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if depth[0] or torch.compiler.is_compiling():
+            return call(self, *args, **kwargs)
+        if id(self) not in compiled:
+            compiled[id(self)] = torch.compile(self, backend=backend)
+        depth[0] += 1
+        try:
+            return compiled[id(self)](*args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    torch.nn.Module.__call__ = patched_call
+
+
 def disable_grad_scaler() -> None:
     """Build every ``torch.amp.GradScaler`` disabled."""
     cls = torch.amp.GradScaler
@@ -115,6 +138,8 @@ def main() -> None:
         args = [*args, *attention_args(script, recipe["attention"])]
     elif "autocast" in recipe:
         apply_autocast(recipe["autocast"])
+    elif "compile" in recipe:
+        apply_compile(recipe["compile"])
     elif "batch_size" in recipe:
         args = batch_size_args(script, args, int(recipe["batch_size"]))
     elif recipe.get("grad_scaler") is False:

@@ -41,6 +41,7 @@ CHECKED = [
     ("amp-fp32", "amp_fp32_cube"),  # autocast bf16 on the fp32 MLP
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
     ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
+    ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
 ]
 #: rules whose gain is per sample, not per step: the measured gain is the step time per
 #: sample before and after, times the old batch (a larger batch makes each step longer)

@@ -134,3 +134,27 @@ def test_analysis_splits_the_step_and_describes_the_graphs(run: dict) -> None:
     assert doc["graphs"]["summary"][0]["graphs"] == summary["graphs"]
     conv = a.finding("fusion_conv_bn_relu")
     assert "ZBNupdateReluV2Conv2DBNreducePass fired" in conv.message
+
+
+def test_graph_kernels_name_the_module_their_nodes_ran_in(run: dict) -> None:
+    """Forward kernels carry the nn.Module of their graph node (Dynamo's nn_module_stack), so
+    an AI CPU counter increment in a compiled BatchNorm is framework state, as in eager."""
+    from msprof_py.analyzers import aicpu
+    from msprof_py.analyzers.context import prepare
+
+    p = run["profile"]
+    fwd = p.graph_kernels[p.graph_kernels["graph"].str.endswith("_forward")]
+    by_op = dict(
+        zip(fwd["op_type"], zip(fwd["module"], fwd["module_path"], strict=True), strict=False)
+    )
+    assert by_op["Conv2D"] == ("Sequential/Conv2d", "0")
+    linear = fwd[fwd["module"].str.endswith("Linear")]
+    assert not linear.empty and set(linear["module_path"]) == {"4"}
+    counters = fwd[(fwd["op_type"] == "Add") & (fwd["task_type"] == "AI_CPU")]
+    assert len(counters) == (fwd["index"] == 0).sum()  # one per forward plan
+    assert set(counters["module"]) == {"Sequential/BatchNorm2d"}
+    assert set(counters["module_path"]) == {"1"}
+    bwd = p.graph_kernels[p.graph_kernels["graph"].str.endswith("_backward")]
+    assert (bwd["module_path"] == "").all()  # AOT backward nodes carry no module stack
+    data = prepare(p, rank=0)
+    assert set(aicpu.tasks(data)["source"]) == {"BatchNorm2d"}
