@@ -1,4 +1,4 @@
-"""Layer rules from ARCHITECTURE.md: the device layer imports no torch and nothing above it;
+"""Layer rules from docs/architecture.md: the device layer imports no torch and nothing above it;
 the analysis side imports no torch and no live runtime."""
 
 from __future__ import annotations
