@@ -122,10 +122,12 @@ def main(argv: list[str] | None = None) -> None:
 )
 @click.option(
     "--numerics",
-    type=click.Choice(["cpu", "none"]),
+    type=click.Choice(["cpu", "none", "fast"]),
     default="cpu",
     show_default=True,
-    help="cpu: compute every value; none: shapes only (profile models too big for host memory).",
+    help="cpu: compute every value (bitwise CPU); none: shapes only (models too big for host "
+    "memory); fast: fp16/bf16 matmuls and convolutions computed in fp32 and rounded (AMP "
+    "models run many times faster; values not bitwise CPU).",
 )
 @click.option(
     "--host-time",

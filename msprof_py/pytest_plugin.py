@@ -325,9 +325,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--npu-numerics",
-        choices=("cpu", "none"),
+        choices=("cpu", "none", "fast"),
         default=None,
-        help="npu numerics: cpu (real values, default) or none (shapes only)",
+        help="npu numerics: cpu (real values, default), none (shapes only) or fast (fp16/bf16 "
+        "matmuls and convolutions widened to fp32)",
     )
     parser.addini("npu_profile_dir", "keep the npu profiles of failing tests here", default="")
 

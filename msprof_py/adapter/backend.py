@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import formats, host_fallback, runtime, shapes_only
+from msprof_py.adapter import fast_numerics, formats, host_fallback, runtime, shapes_only
 from msprof_py.adapter.compile_cache import attributes
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
@@ -82,6 +82,8 @@ class OpPlan:
     has_groups: bool = False
     #: no NPU kernel exists: the op runs on the host between copies (:mod:`host_fallback`)
     host_only: bool = False
+    #: with numerics "fast", computed widened to float32 (:mod:`fast_numerics`)
+    widened: bool = False
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
@@ -143,6 +145,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         conv_outputs=formats.conv_output_formats(base),
         has_groups=base in _GROUPED,
         host_only=host_only,
+        widened=fast_numerics.upcasts(base, bool(writes)),
     )
 
 
@@ -233,6 +236,8 @@ def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -
     if state.meta and plan.meta_call is not None and not kwargs:
         call = plan.meta_call
     try:
+        if state.fast and plan.widened:
+            return fast_numerics.call_widened(call, args, kwargs)
         return call(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as exc:
         text = str(exc)

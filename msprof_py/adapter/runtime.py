@@ -10,7 +10,7 @@ from msprof_py.adapter.compile_cache import CompileCache
 from msprof_py.device import SimulatedNpu, Stream
 from msprof_py.device.costmodel import KernelCost
 
-NUMERICS = ("cpu", "none")
+NUMERICS = ("cpu", "none", "fast")
 HOST_TIMES = ("modeled", "measured")
 
 
@@ -36,6 +36,9 @@ class AdapterState:
     stream: Stream = field(init=False)
     measured: bool = field(init=False)
     meta: bool = field(init=False)
+    #: numerics "fast": low-precision matmuls and convolutions computed widened
+    #: (:mod:`msprof_py.adapter.fast_numerics`)
+    fast: bool = field(init=False)
     #: the collectors' host-op observer (None: nothing records host ops)
     observer: OpObserver | None = field(init=False, default=None)
     #: graph capture (:mod:`msprof_py.graph.capture`): while set, kernels the backend would
@@ -54,6 +57,7 @@ class AdapterState:
         self.compiled = CompileCache(self.npu.spec.compile)
         self.measured = self.settings.host_time == "measured"
         self.meta = self.settings.numerics == "none"
+        self.fast = self.settings.numerics == "fast"
         self._outside_since = time.perf_counter_ns()
 
     def enter(self, name: str = "", args: tuple = ()) -> None:

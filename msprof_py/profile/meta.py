@@ -140,7 +140,7 @@ KEYS: dict[str, Callable[[Any], str | None]] = {
     "ai_core_num": _int(),
     "aiv_num": _int(),
     "aic_frequency_mhz": _number,
-    "numerics": _choice("cpu", "none"),
+    "numerics": _choice("cpu", "none", "fast"),
     "host_time": _choice("modeled", "measured"),
     "deterministic": _bool,
     "warmup": _int(),

@@ -1,0 +1,53 @@
+"""numerics="fast": fp16/bf16 matmuls and convolutions widened to fp32 (a fresh process)."""
+
+from __future__ import annotations
+
+from adapter_helpers import run_script
+
+from msprof_py.adapter import fast_numerics
+
+
+def test_only_functional_cube_ops_are_widened() -> None:
+    assert fast_numerics.upcasts("mm", writes=False)
+    assert fast_numerics.upcasts("convolution_backward_overrideable", writes=False)
+    assert not fast_numerics.upcasts("mm", writes=True)  # mm.out writes its own tensor
+    assert not fast_numerics.upcasts("add", writes=False)
+
+
+def test_fast_numerics_round_fp32_results_and_keep_the_rest_bitwise() -> None:
+    result = run_script(
+        """
+        import torch, msprof_py.adapter as ad
+        from msprof_py.device import TaskLog
+        npu = ad.install(numerics="fast")
+        log = TaskLog(); npu.subscribe(log)
+        torch.manual_seed(0)
+        a, b = torch.randn(33, 70), torch.randn(70, 17)
+        x, w = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3)
+        out = {}
+        for dt in (torch.float16, torch.bfloat16):
+            got = (a.to(dt).npu() @ b.to(dt).npu()).cpu()
+            want = (a.to(dt).float() @ b.to(dt).float()).to(dt)
+            out[f"mm {dt}"] = (got.dtype == dt, torch.equal(got, want))
+            xi = x.to(dt).npu().requires_grad_()
+            y = torch.nn.functional.conv2d(xi, w.to(dt).npu(), padding=1)
+            want = torch.nn.functional.conv2d(x.to(dt).float(), w.to(dt).float(), padding=1)
+            out[f"conv {dt}"] = (y.dtype == dt, torch.equal(y.cpu(), want.to(dt)))
+            y.sum().backward()
+            out[f"grad {dt}"] = (xi.grad.dtype == dt, xi.grad.shape == x.shape)
+        # float32 and non-cube ops are computed as on CPU
+        f32 = (a.npu() @ b.npu()).cpu()
+        out["fp32 mm"] = (True, torch.equal(f32, a @ b))
+        h = a.half()
+        out["fp16 add"] = (True, torch.equal((h.npu() + h.npu()).cpu(), h + h))
+        # the timeline does not depend on the numerics: an fp16 MatMul is costed as fp16
+        mms = [t for t in log.tasks if t.op_type == "MatMul"]
+        print({k: v for k, v in out.items()})
+        print("matmul dtypes", sorted({t.input_dtypes for t in mms}))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    first, second = result.stdout.strip().splitlines()[-2:]
+    checks = eval(first)  # noqa: S307 - the dict printed above
+    assert checks and all(all(v) for v in checks.values()), checks
+    assert "FLOAT16" in second.upper() or "HALF" in second.upper(), second
