@@ -348,6 +348,7 @@ def devices(spec_file: str | None, as_json: bool) -> None:
 
 def _register_subcommands() -> None:
     from msprof_py.analyzers.command import analyze
+    from msprof_py.compare.command import compare
     from msprof_py.gates.command import diff, gate
     from msprof_py.kernels.command import op
     from msprof_py.report.command import report
@@ -358,6 +359,7 @@ def _register_subcommands() -> None:
     cli.add_command(report)
     cli.add_command(gate)
     cli.add_command(diff)
+    cli.add_command(compare)
     cli.add_command(op)
 
 

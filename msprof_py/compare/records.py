@@ -1,0 +1,101 @@
+"""Per side, the operator instances a comparison counts: one row per host op with its time.
+
+On device, an op's time is the device time of the work tasks it launched (kernels, copies,
+memsets, collectives: ``tasks.host_op_id``); tasks no host op launched count under their own
+name. Without device work (a projection), the ops are the host's **leaf** ops (those that
+call no other op on their thread: ``aten::addmm``, not the ``aten::linear`` around it, the ops
+an NPU run launches kernels for) and an op's time is its host time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers.modules import module_labels
+from msprof_py.analyzers.ops import work_tasks
+from msprof_py.compare.side import Side
+
+RECORD_COLUMNS = ["op_id", "name", "input_shapes", "module", "module_path", "time_ns", "tasks"]
+
+
+def _text(series: pd.Series) -> np.ndarray:
+    return series.astype(object).fillna("").astype(str).to_numpy()
+
+
+def leaf_mask(ops: pd.DataFrame) -> np.ndarray:
+    """True for the host ops of ``ops`` that contain no other op of their thread."""
+    if ops.empty:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((-ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"]))
+    thread = ops["thread"].to_numpy()[order]
+    start = ops["start_ns"].to_numpy()[order]
+    end = ops["end_ns"].to_numpy()[order]
+    nested_next = np.zeros(len(order), dtype=bool)
+    nested_next[:-1] = (thread[1:] == thread[:-1]) & (start[1:] < end[:-1])
+    leaf = np.empty(len(order), dtype=bool)
+    leaf[order] = ~nested_next
+    return leaf
+
+
+def op_records(side: Side) -> pd.DataFrame:
+    """The side's op instances (:data:`RECORD_COLUMNS`) over its compared steps."""
+    cached = side.data.cache.get("compare_records")
+    if cached is not None:
+        return cached
+    out = _device_records(side) if side.on_device else _host_records(side)
+    side.data.cache["compare_records"] = out
+    return out
+
+
+def _frame(ops: pd.DataFrame, time_ns: np.ndarray, tasks: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "op_id": ops["event_id"].to_numpy(dtype=np.int64),
+            "name": _text(ops["name"]),
+            "input_shapes": _text(ops["input_shapes"]),
+            "module": _text(module_labels(ops)) if len(ops) else np.zeros(0, dtype=object),
+            "module_path": _text(ops["module_path"]),
+            "time_ns": np.asarray(time_ns, dtype=np.int64),
+            "tasks": np.asarray(tasks, dtype=np.int64),
+        },
+        columns=RECORD_COLUMNS,
+    )
+
+
+def _host_records(side: Side) -> pd.DataFrame:
+    ops = side.data.host_ops
+    ops = ops[leaf_mask(ops)]
+    host_ns = (ops["end_ns"] - ops["start_ns"]).clip(lower=0).to_numpy()
+    return _frame(ops, host_ns, np.zeros(len(ops)))
+
+
+def _device_records(side: Side) -> pd.DataFrame:
+    data = side.data
+    work = work_tasks(data, ["host_op_id", "name", "input_shapes", "duration_ns"])
+    ops = data.all_host_ops
+    linked = work["host_op_id"].to_numpy() >= 0
+    per_op = work[linked].groupby("host_op_id", observed=True)["duration_ns"].agg(["sum", "size"])
+    known = ops[ops["event_id"].isin(per_op.index)]
+    sums = per_op.reindex(known["event_id"].to_numpy())
+    frames = [_frame(known, sums["sum"].to_numpy(), sums["size"].to_numpy())]
+    orphans = work[~linked | ~work["host_op_id"].isin(known["event_id"]).to_numpy()]
+    if len(orphans):
+        g = orphans.groupby(["name", "input_shapes"], observed=True, sort=False)
+        agg = g["duration_ns"].agg(["sum", "size"]).reset_index()
+        frames.append(
+            pd.DataFrame(
+                {
+                    "op_id": -1,
+                    "name": _text(agg["name"]),
+                    "input_shapes": _text(agg["input_shapes"]),
+                    "module": "",
+                    "module_path": "",
+                    "time_ns": agg["sum"].to_numpy(dtype=np.int64),
+                    "tasks": agg["size"].to_numpy(dtype=np.int64),
+                },
+                columns=RECORD_COLUMNS,
+            )
+        )
+    frames = [f for f in frames if len(f)] or frames[:1]
+    return pd.concat(frames, ignore_index=True)
