@@ -48,6 +48,6 @@ def test_fast_numerics_round_fp32_results_and_keep_the_rest_bitwise() -> None:
     )
     assert result.returncode == 0, result.stderr
     first, second = result.stdout.strip().splitlines()[-2:]
-    checks = eval(first)  # noqa: S307 - the dict printed above
+    checks = eval(first)  # the dict printed above
     assert checks and all(all(v) for v in checks.values()), checks
     assert "FLOAT16" in second.upper() or "HALF" in second.upper(), second
