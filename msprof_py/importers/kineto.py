@@ -12,10 +12,11 @@ multi-rank folder: the ranks stay on one clock). Host and device events share th
 
 What becomes what:
 
-* **host_events**: complete (``ph`` "X") events of category ``cpu_op`` / ``operator`` ->
-  kind ``op`` (``Input Dims`` / ``Input type`` -> ``input_shapes`` / ``input_dtypes`` in the
-  ``"2,3;4"`` format, Kineto's C++ type names as torch dtype names: ``float`` -> ``float32``,
-  ``c10::Half`` -> ``float16`` ...; ``Sequence number`` -> ``sequence``);
+* **host_events** (in time order): complete (``ph`` "X") events of category ``cpu_op`` /
+  ``operator`` -> kind ``op`` (``Input Dims`` / ``Input type`` -> ``input_shapes`` /
+  ``input_dtypes`` in the ``"2,3;4"`` format, Kineto's C++ type names as torch dtype names:
+  ``float`` -> ``float32``, ``c10::Half`` -> ``float16`` ...; ``Sequence number`` ->
+  ``sequence``);
   ``user_annotation`` -> ``annotation`` (``ProfilerStep#N`` included); ``python_function`` ->
   ``python``; ``cuda_runtime`` / ``cuda_driver`` / ``runtime`` -> ``launch`` when it launched a
   device task of the trace (or its name is a launch, copy or memset call), ``sync`` for the
@@ -392,7 +393,6 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
     notes: list[str] = []
     bad = 0
     host: list[dict[str, Any]] = []
-    runtime: list[int] = []  # indices into host
     device: list[dict[str, Any]] = []
     memory: list[dict[str, Any]] = []
     flows: dict[Any, dict[str, tuple[tuple[str, str], int]]] = defaultdict(dict)
@@ -447,11 +447,10 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
             kind = "python"
         elif cat in RUNTIME_CATS:
             kind = "api"
-            runtime.append(len(host))
         else:
             continue
         row = {
-            "event_id": len(host),
+            "event_id": len(host),  # numbered again in time order below
             "kind": kind,
             "name": name,
             "start_ns": start,
@@ -462,6 +461,7 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
             "parent_id": NO_ID,
             "key": _key(e),
             "correlation": args.get("correlation"),
+            "runtime": cat in RUNTIME_CATS,
         }
         if kind == "op":
             dims = args.get("Input Dims")
@@ -472,6 +472,10 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
         host.append(row)
     if bad:
         notes.append(f"{file}: {bad} events without a numeric ts were skipped")
+    host.sort(key=lambda r: (r["start_ns"], -r["end_ns"], r["event_id"]))
+    for i, r in enumerate(host):
+        r["event_id"] = i
+    runtime = [i for i, r in enumerate(host) if r["runtime"]]
 
     # spans per thread: ops (parents of launches, tags of memory), runtime calls (launches)
     def spans(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], Spans]:
@@ -551,7 +555,9 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
                 f"{file}: memory events of {len(counts)} devices; kept device {kept_device}'s "
                 f"({counts[kept_device]} of {len(memory)})"
             )
-        memory = [m for m in memory if m["device"] == kept_device]
+        memory = sorted(
+            (m for m in memory if m["device"] == kept_device), key=lambda m: m["time_ns"]
+        )
         for m in memory:
             op = op_spans[m["key"]].holding(m["time_ns"]) if m["key"] in op_spans else NO_ID
             m["tag"] = host[op]["name"] if op != NO_ID else ""
@@ -561,7 +567,7 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
     tables = {
         "tasks": frame(tasks),
         "host_events": frame(host).drop(
-            columns=["key", "correlation", "comm_bytes"], errors="ignore"
+            columns=["key", "correlation", "runtime", "comm_bytes"], errors="ignore"
         ),
         "memory": frame(memory).drop(columns=["key", "device"], errors="ignore"),
         "steps": frame(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -291,3 +293,14 @@ def test_odd_events_are_skipped_not_fatal(tmp_path: Path) -> None:
     assert "aten::bad" not in set(p.host_events["name"])
     assert len(p.tasks) == len(TASKS) + 1
     assert any("without a numeric ts" in w for w in p.warnings)
+
+
+def test_the_importer_loads_without_torch(cuda_trace: Path) -> None:
+    code = (
+        "import sys, msprof_py; p = msprof_py.load(sys.argv[1]); "
+        "print(len(p.tasks), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(cuda_trace)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [str(len(TASKS)), "False"]
