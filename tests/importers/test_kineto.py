@@ -189,6 +189,13 @@ def test_msprof_analyze_and_report_on_a_trace(cuda_trace: Path, tmp_path: Path) 
     assert out.stat().st_size > 10_000 and GPU_NAME in out.read_text()
 
 
+def test_msprof_report_without_o_writes_next_to_the_trace(tmp_path: Path) -> None:
+    path = write(tmp_path / "w.pt.trace.json")
+    report = CliRunner().invoke(main, ["report", str(path)])
+    assert report.exit_code == 0, report.output
+    assert (tmp_path / "report.html").is_file() and path.is_file()
+
+
 def test_msprof_gate_and_diff_on_traces(cuda_trace: Path, tmp_path: Path) -> None:
     budget = tmp_path / "budget.toml"
     init = CliRunner().invoke(main, ["gate", str(cuda_trace), "--init-budget", str(budget)])
