@@ -650,7 +650,10 @@ def write_report(
     if not profile.ranks:
         raise ProfileError(f"{profile.path}: the profile has no ranks")
     text = build_html(profile, analysis)
-    target = Path(out_file) if out_file is not None else Path(profile.path) / "report.html"
+    home = Path(profile.path)
+    if not home.is_dir():  # an imported trace file: the report goes next to it
+        home = home.parent
+    target = Path(out_file) if out_file is not None else home / "report.html"
     if target.is_dir():
         target = target / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)

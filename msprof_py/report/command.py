@@ -21,8 +21,9 @@ class ReportCommandError(click.ClickException):
     "out_file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="HTML file to write (default: <run folder>/report.html, or report-1.html next to an "
-    "existing one). An existing file is refused unless --force.",
+    help="HTML file to write (default: <run folder>/report.html, next to an imported trace "
+    "file, or report-1.html next to an existing one). An existing file is refused unless "
+    "--force.",
 )
 @click.option("--force", is_flag=True, help="Replace the -o file if it exists.")
 @click.option(
