@@ -249,13 +249,31 @@ def _ns(us: float) -> int:
     return round(us * 1000.0)
 
 
-def shapes_text(dims: Any) -> str:
+def _tensor_inputs(dims: list, types: Any) -> list[int]:
+    """Indices of the inputs that are tensors or tensor lists: what msprof-py's recorder
+    lists. Kineto gives every argument an entry (``Scalar``, ``ScalarList``, ``""`` for None,
+    ...); with no ``Input type`` every entry counts."""
+    if not isinstance(types, list):
+        return list(range(len(dims)))
+    kept = []
+    for i, d in enumerate(dims):
+        t = types[i] if i < len(types) else None
+        nested = isinstance(d, list) and bool(d) and all(isinstance(x, list) for x in d)
+        if nested or (t is not None and str(t) in DTYPES):
+            kept.append(i)
+    return kept
+
+
+def shapes_text(dims: Any, types: Any = None) -> str:
     """Kineto's ``Input Dims`` (``[[5, 8], [16], []]``) as ``"5,8;16;"``: one entry per
-    input (empty for a non-tensor), the tensors of a tensor list one entry each."""
+    tensor input (a 0-d tensor's entry is empty), the tensors of a tensor list one entry each;
+    with ``Input type`` given, non-tensor arguments (``Scalar`` ...) are left out, as
+    msprof-py's recorder leaves them out."""
     if not isinstance(dims, list):
         return ""
     entries: list[str] = []
-    for d in dims:
+    for i in _tensor_inputs(dims, types):
+        d = dims[i]
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             entries += [",".join(str(_int(x, 0)) for x in inner) for inner in d]
         elif isinstance(d, list):
@@ -271,10 +289,11 @@ def dtypes_text(types: Any, dims: Any) -> str:
     if not isinstance(types, list):
         return ""
     entries: list[str] = []
-    dims = dims if isinstance(dims, list) else []
-    for i, t in enumerate(types):
+    dims = dims if isinstance(dims, list) else [None] * len(types)
+    for i in _tensor_inputs(dims, types):
+        t = types[i] if i < len(types) else None
         name = DTYPES.get(str(t), str(t)) if t is not None else ""
-        d = dims[i] if i < len(dims) else None
+        d = dims[i]
         if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
             entries += [name] * len(d)
         else:
@@ -465,7 +484,7 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
         }
         if kind == "op":
             dims = args.get("Input Dims")
-            row["input_shapes"] = shapes_text(dims)
+            row["input_shapes"] = shapes_text(dims, args.get("Input type"))
             row["input_dtypes"] = dtypes_text(args.get("Input type"), dims)
             row["sequence"] = _int(args.get("Sequence number"), NO_ID)
             row["comm_bytes"] = message_bytes(args)

@@ -125,7 +125,7 @@ def test_cuda_trace_tasks_timing_kinds_and_links(cuda_trace: Path) -> None:
         assert launch["stream_id"].iloc[0] == task.stream_id
     copy = t[t["kind"] == "memcpy"].iloc[0]
     assert (copy["copy_kind"], bool(copy["pinned"]), copy["bytes"]) == ("HOST_TO_DEVICE", True, 128)
-    assert copy["input_shapes"] == "4,8;4,8;"
+    assert copy["input_shapes"] == "4,8;4,8"  # the Scalar (non_blocking) is no tensor: left out
     mm = t[t["name"] == "aten::mm"]
     assert set(mm["input_shapes"]) == {"4,8;8,16"} and set(mm["input_dtypes"]) == {
         "float32;float32"
