@@ -6,9 +6,9 @@ instance path (``layer2.0.conv1``, the name ``named_modules()`` and ``state_dict
 which one. A module's name is its attribute name in the module that called it, looked up once
 per (parent, child) pair: a module held in a container the parent iterates without calling
 it (``for layer in self.layers``) is named as ``named_modules()`` names it (``layers.3``); a
-module called by a module that does not own it is named by its class. ``torch.compile``'s wrapper (``OptimizedModule``) stands for the module it compiled
-(its ``_orig_mod``, under the wrapper's name), so a graph launched by a compiled module is
-attributed to that module.
+module called by a module that does not own it is named by its class. ``torch.compile``'s
+wrapper (``OptimizedModule``) stands for the module it compiled (its ``_orig_mod``, under the
+wrapper's name), so a graph launched by a compiled module is attributed to that module.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def _profile() -> Builder:
         seq = 100 * step
         dev = t + 500_000
 
-        def op(name: str, kernels: list[int], **cols: object) -> None:
+        def op(name: str, kernels: list[int], step: int = step, **cols: object) -> None:
             nonlocal t, dev
             ks = []
             for us in kernels:
