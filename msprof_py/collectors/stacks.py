@@ -63,25 +63,25 @@ class StackRecorder:
         """The stack of ``frame`` (default: the caller's), outermost first."""
         f = frame if frame is not None else sys._getframe(1)
         codes = self._codes
-        key: list = []
-        kept = 0
+        key: list = []  # code, instruction offset, ... (cheaper than line numbers)
+        kept: list[FrameType] = []
         depth = self.depth
-        while f is not None and kept < depth:
+        while f is not None and len(kept) < depth:
             code = f.f_code
             label = codes.get(code)
             if label is None:
                 label = self._label(code)
             if label:
                 key.append(code)
-                key.append(f.f_lineno)
-                kept += 1
+                key.append(f.f_lasti)
+                kept.append(f)
             f = f.f_back
         found = self._stacks.get(k := tuple(key))
         if found is None:
             frames = []
-            for i in range(len(key) - 2, -1, -2):
-                before, after = codes[key[i]]
-                frames.append(f"{before}{key[i + 1]}{after}")
+            for frame_ in reversed(kept):
+                before, after = codes[frame_.f_code]
+                frames.append(f"{before}{frame_.f_lineno}{after}")
             found = ";".join(frames)
             if len(self._stacks) >= CACHE_LIMIT:
                 self._stacks.clear()
