@@ -153,3 +153,21 @@ def test_profile_without_module_columns_has_a_root_only_tree() -> None:
     assert list(tree["module"]) == [""]
     assert list(tree["name"]) == ["(no module)"]
     assert tree["self_other_ns"].iloc[0] == 4 * US
+
+
+def test_report_shows_the_tree_indented_in_tree_order() -> None:
+    import re
+
+    from msprof_py.report.build import build_html
+
+    profile = _profile().build()
+    html = build_html(profile, analyze(profile, warmup=0))
+    section = html[html.index('<section id="modules">') : html.index('<section id="steps">')]
+    cells = re.findall(r'<tr><td data-v="(\d+)">([^<]*)</td>', section)
+    assert [(key, name) for key, name in cells] == [
+        ("0000000", "Net"),
+        ("0000001", "\u00a0\u00a0block"),
+        ("0000002", "\u00a0\u00a0\u00a0\u00a0proj"),
+        ("0000003", "\u00a0\u00a0\u00a0\u00a0act"),
+    ]
+    assert "Self backward (us)" in section
