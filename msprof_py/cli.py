@@ -160,6 +160,12 @@ def main(argv: list[str] | None = None) -> None:
     help="Record host runtime API calls (launches, synchronisations).",
 )
 @click.option(
+    "--with-stack",
+    is_flag=True,
+    help="Record the Python call stack of every host op (for msprof analyze "
+    "--folded-stacks flame graphs; costs host time per op).",
+)
+@click.option(
     "--type",
     "output_type",
     type=click.Choice(["text", "db"]),
@@ -276,6 +282,7 @@ def _profile(options: dict, application: list[str]) -> None:
         task_time=options["task_time"] == "on",
         sys_hardware_mem=options["sys_hardware_mem"] == "on",
         ascendcl=options["ascendcl"] == "on",
+        with_stack=bool(options["with_stack"]),
         report=bool(options["report"]),
         export=export,
         export_steps=export_steps,

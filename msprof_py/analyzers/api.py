@@ -20,9 +20,11 @@ from msprof_py.analyzers import (
     context,
     copies,
     engine,
+    flame,
     formats,
     graphs,
     memory,
+    module_tree,
     ops,
     syncs,
     timeline,
@@ -54,6 +56,10 @@ class Analysis:
     #: graph mode: ``summary`` (compiled vs eager parts of the step, one object per rank),
     #: ``graphs`` (one row per compiled graph), ``passes`` (what the passes did)
     graphs: Section = field(default_factory=dict)
+    #: the module tree: ``summary`` (one object per rank), ``tree`` (one row per module
+    #: instance path: self/total device time per step, forward/backward), ``flame`` (device
+    #: time per call stack or module path, for flame graphs)
+    modules: Section = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """One line: the profile, its steps and the findings that fired (a REPL prints it)."""
@@ -207,6 +213,11 @@ def analyze(
             "summary": [graphs.split(d) for d in data],
             "graphs": each(graphs.per_graph),
             "passes": each(graphs.passes),
+        },
+        modules={
+            "summary": [module_tree.summary(d) for d in data],
+            "tree": each(module_tree.tree),
+            "flame": each(flame.folded),
         },
     )
 

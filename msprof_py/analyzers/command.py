@@ -4,6 +4,7 @@
     msprof analyze DIR --top 20 --rank 1                          # rank 1's details
     msprof analyze DIR --json > analysis.json                     # schema: analyzers/schema.py
     msprof analyze DIR --csv analysis/                            # one CSV per table
+    msprof analyze DIR --folded-stacks out.folded                 # flame graph input
 
 Bad input (a missing folder, a folder without a profile, an unknown rank) is one line on
 stderr and exit code 2.
@@ -54,6 +55,15 @@ warmup_option = click.option(
     help="Write every table as CSV into OUTDIR (refuses to replace CSV files without --force).",
 )
 @click.option("--force", is_flag=True, help="With --csv: replace CSV files already in OUTDIR.")
+@click.option(
+    "--folded-stacks",
+    "folded",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write the device time per Python call stack (msprof --with-stack; else per "
+    "module path) in the folded format flamegraph.pl and Speedscope read.",
+)
 @warmup_option
 @click.option(
     "--batch-size",
@@ -73,6 +83,7 @@ def analyze(
     as_json: bool,
     csv_dir: Path | None,
     force: bool,
+    folded: Path | None,
     warmup: int | None,
     batch_size: int | None,
     keep_outliers: bool,
@@ -97,6 +108,8 @@ def analyze(
         )
     except ProfileError as exc:
         raise AnalyzeError(str(exc)) from None
+    if folded is not None:
+        _write_folded(result, folded)
     if as_json:
         from msprof_py.analyzers.schema import dumps
 
@@ -114,3 +127,19 @@ def analyze(
     from msprof_py.analyzers.render import render
 
     render(result, top=top)
+
+
+def _write_folded(result: object, path: Path) -> None:
+    """``--folded-stacks FILE``: write it and say so on stderr (stdout may be the JSON)."""
+    from msprof_py.analyzers.flame import STACKS, write_folded
+
+    try:
+        lines, source = write_folded(result, path)  # type: ignore[arg-type]
+    except OSError as exc:
+        raise AnalyzeError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    how = (
+        "frames: the recorded Python stacks"
+        if source == STACKS
+        else "no Python stacks recorded (msprof --with-stack): frames are module paths"
+    )
+    click.echo(f"msprof analyze: wrote {lines} folded stacks to {path} ({how})", err=True)

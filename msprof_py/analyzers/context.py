@@ -77,6 +77,7 @@ OP_COLUMNS = [
     "input_dtypes",
     "sequence",
     "module_path",
+    "stack",
 ]
 
 

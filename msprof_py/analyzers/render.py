@@ -103,6 +103,7 @@ def render(a: Analysis, console: Console | None = None, top: int = 10) -> None:
         console.print(f"  peak memory reserved {h['peak_reserved_bytes'] / 2**20:,.1f} MiB{share}")
     _steps(a, console, rank)
     _top_ops(a, console, rank, top)
+    _modules(a, console, rank, top)
     if len(info["ranks"]) > 1:
         _cluster(a, console)
     _findings(a, console)
@@ -171,6 +172,53 @@ def _top_ops(a: Analysis, console: Console, rank: int, top: int) -> None:
             ]
         )
     console.print(_table(f"top ops by device time (rank {rank})", cols, rows))
+
+
+#: modules shown in the terminal: at least this share of the device time ...
+MODULE_MIN_SHARE = 0.01
+
+
+def _modules(a: Analysis, console: Console, rank: int, top: int) -> None:
+    """The module tree (modules with at least 1% of the device time, depth first, at most
+    ``3 * top`` rows): self and total device time per step, forward / backward."""
+    tree = _focus(a.modules.get("tree", pd.DataFrame()), rank)
+    if tree.empty or len(tree) < 2:
+        return  # no module ran (or only the top one): nothing a tree would add
+    shown = tree[tree["share_of_device"] >= MODULE_MIN_SHARE].head(3 * top)
+    cols = [
+        "module",
+        "class",
+        "self fwd",
+        "self bwd",
+        "self other",
+        "total fwd",
+        "total bwd",
+        "total",
+        "share",
+    ]
+    rows = [
+        [
+            "  " * int(r.depth) + (r.module.rsplit(".", 1)[-1] if r.module else r.name),
+            r.class_name,
+            _us(r.self_forward_ns),
+            _us(r.self_backward_ns),
+            _us(r.self_other_ns),
+            _us(r.total_forward_ns),
+            _us(r.total_backward_ns),
+            _us(r.total_ns),
+            _pct(r.share_of_device),
+        ]
+        for r in shown.itertuples()
+    ]
+    console.print(_table(f"modules by device time (us per step, rank {rank})", cols, rows))
+    left = len(tree) - len(shown)
+    if left:
+        console.print(
+            f"  {left} more module(s) under {MODULE_MIN_SHARE:.0%} of the device time or past "
+            "the first rows: --json, --csv and the HTML report list every one",
+            style="dim",
+            highlight=False,
+        )
 
 
 def _cluster(a: Analysis, console: Console) -> None:

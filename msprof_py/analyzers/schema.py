@@ -45,6 +45,14 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
                     workspace with and without reuse, streams, compile time, code object
                     compiles, calls and device/host time per step), ``passes`` (what each
                     pass did per graph: hits and misses by reason); empty when eager
+``modules``         (since 2) ``summary`` (one object per rank: device time per step by
+                    phase: forward, backward, other; unlinked: tasks of no host op),
+                    ``tree`` (per nn.Module instance path and its ancestors, depth first in
+                    execution order: self and total device time per step, forward and
+                    backward (backward ops count for their forward op's module), ops and
+                    kernels per step), ``flame`` (device time of the analysed steps per
+                    call stack, ``msprof --with-stack``, else per module path: ``frames``
+                    ";"-joined, the op name last; ``source`` stacks | modules)
 ``findings``        one object per rule: rule, title, area, status (fired | ok | skipped),
                     priority (high | medium | low | null), message, advice, evidence (object),
                     estimated_gain_us (per step, or null), gain_model (modelled | heuristic |
@@ -66,10 +74,12 @@ from msprof_py.analyzers import (
     communication,
     compute,
     copies,
+    flame,
     formats,
     gains,
     graphs,
     memory,
+    module_tree,
     ops,
     syncs,
     timeline,
@@ -97,6 +107,7 @@ TOP_LEVEL = [
     "aicpu",
     "communication",
     "graphs",
+    "modules",
     "findings",
 ]
 #: "section.table" -> columns
@@ -124,6 +135,8 @@ TABLES: dict[str, list[str]] = {
     "communication.ranks": communication.RANK_COLUMNS,
     "graphs.graphs": graphs.GRAPH_COLUMNS,
     "graphs.passes": graphs.PASS_COLUMNS,
+    "modules.tree": module_tree.TREE_COLUMNS,
+    "modules.flame": flame.FLAME_COLUMNS,
 }
 FINDING_KEYS = [
     "rule",

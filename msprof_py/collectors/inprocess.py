@@ -94,7 +94,8 @@ class Recording:
     are kept and a different one raises. ``warmup``/``iteration``: the recording window in
     steps (as ``msprof --warmup/--iteration``); ``steps_from``: what ends a step (as
     ``msprof --steps-from``: optimizer, marks or an optimizer index). ``export``: also write
-    the Ascend exports.
+    the Ascend exports. ``with_stack``: record the Python stack of every host op (as
+    ``msprof --with-stack``).
     ``settle``: settle the device first (:func:`settle_device`) so figures do not depend on
     what ran before. One recording runs at a time, never inside an ``msprof`` run.
     """
@@ -112,6 +113,7 @@ class Recording:
         export: bool = False,
         settle: bool = True,
         command: str = "",
+        with_stack: bool = False,
     ) -> None:
         self.output = Path(output) if output is not None else None
         self._device = device
@@ -123,6 +125,7 @@ class Recording:
         self.export = export
         self.settle = settle
         self.command = command
+        self.with_stack = with_stack
         self.session: Session | None = None
         self.config: SessionConfig | None = None
         #: the run folder written (None before the stop, or when nothing was recorded)
@@ -157,6 +160,7 @@ class Recording:
             steps_from=self.steps_from,
             command=self.command or "msprof_py.record",
             export=self.export,
+            with_stack=self.with_stack,
         )
 
     def start(self) -> Recording:

@@ -4,10 +4,11 @@ The session's global forward hooks push every module entered and pop it on retur
 path (``ResNet/Sequential/Bottleneck/Conv2d``) says what kind of layer an op belongs to; the
 instance path (``layer2.0.conv1``, the name ``named_modules()`` and ``state_dict()`` use) says
 which one. A module's name is its attribute name in the module that called it, looked up once
-per (parent, child) pair; a module called by a module that does not own it is named by its
-class. ``torch.compile``'s wrapper (``OptimizedModule``) stands for the module it compiled
-(its ``_orig_mod``, under the wrapper's name), so a graph launched by a compiled module is
-attributed to that module.
+per (parent, child) pair: a module held in a container the parent iterates without calling
+it (``for layer in self.layers``) is named as ``named_modules()`` names it (``layers.3``); a
+module called by a module that does not own it is named by its class. ``torch.compile``'s
+wrapper (``OptimizedModule``) stands for the module it compiled (its ``_orig_mod``, under the
+wrapper's name), so a graph launched by a compiled module is attributed to that module.
 """
 
 from __future__ import annotations
@@ -78,10 +79,36 @@ class ModuleStack:
         return name
 
 
+#: how deep :func:`child_name` looks below the calling module for the one it called
+SEARCH_DEPTH = 4
+
+
 def child_name(parent: Any, module: Any) -> str:
-    """The attribute name of ``module`` among ``parent``'s submodules, or its class name."""
+    """The name of ``module`` relative to ``parent`` as ``named_modules()`` gives it: its
+    attribute name among ``parent``'s submodules, or the dotted path below a container the
+    parent iterates without calling it (``layers.3`` in ``for layer in self.layers``),
+    else its class name."""
     children = getattr(parent, "_modules", None) or {}
     for name, child in children.items():
         if child is module or getattr(child, "_orig_mod", None) is module:
             return name
-    return type(module).__name__
+    found = _find_below(children, module, SEARCH_DEPTH - 1)
+    return found if found is not None else type(module).__name__
+
+
+def _find_below(children: dict[str, Any], module: Any, depth: int) -> str | None:
+    """``a.b`` when ``module`` is a submodule ``b`` of the child ``a`` (breadth first)."""
+    level = [(name, child) for name, child in children.items() if child is not None]
+    for _ in range(depth):
+        below: list[tuple[str, Any]] = []
+        for prefix, child in level:
+            for name, grandchild in (getattr(child, "_modules", None) or {}).items():
+                if grandchild is None:
+                    continue
+                if grandchild is module or getattr(grandchild, "_orig_mod", None) is module:
+                    return f"{prefix}{INSTANCE_SEP}{name}"
+                below.append((f"{prefix}{INSTANCE_SEP}{name}", grandchild))
+        if not below:
+            return None
+        level = below
+    return None

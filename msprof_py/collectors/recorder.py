@@ -9,6 +9,7 @@ kept; outside it nothing is written.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ import torch
 
 from msprof_py.adapter.steps import STEP_PREFIX
 from msprof_py.collectors.module_paths import ModuleStack
+from msprof_py.collectors.stacks import StackRecorder
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
 from msprof_py.device import GraphRecord, HostKind, HostRecord, MemoryRecord, TaskRecord
 from msprof_py.device.records import Record
@@ -119,8 +121,11 @@ class Recorder:
         record_api: bool = True,
         logical_threads: bool = False,
         steps_from: str = "optimizer",
+        with_stack: bool = False,
     ) -> None:
         self.writer = writer
+        #: ``msprof --with-stack``: the Python stack of every host op (None: not recorded)
+        self.stacks = StackRecorder() if with_stack else None
         self.steps_from = parse_steps_from(steps_from)
         #: the ``thread`` column: OS thread idents, or (``logical_threads``, for deterministic
         #: runs) 1, 2, ... in the order threads first record something
@@ -140,7 +145,7 @@ class Recorder:
         self._explicit_steps = False
         self._last_source = ""
         self._next_event = 0
-        #: [event_id, name, start, thread, shapes, dtypes, module, sequence, module_path]
+        #: [event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack]
         self._open_op: list = []
         #: the modules running now (the session's module hooks keep it)
         self.modules = ModuleStack()
@@ -219,6 +224,7 @@ class Recorder:
         event_id = self._next_event
         self._next_event += 1
         sequence = _sequence_number()
+        stacks = self.stacks
         self._open_op = [
             event_id,
             name,
@@ -229,6 +235,7 @@ class Recorder:
             modules.class_path,
             sequence,
             modules.instance_path,
+            stacks.capture(sys._getframe(1)) if stacks is not None else "",
         ]
 
     def _logical_thread(self) -> int:
@@ -244,7 +251,7 @@ class Recorder:
         if not op:
             return
         self._open_op = []
-        event_id, name, start, thread, shapes, dtypes, module, sequence, module_path = op
+        event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack = op
         self.writer.append(
             "host_events",
             (
@@ -263,6 +270,7 @@ class Recorder:
                 module,
                 sequence,
                 module_path,
+                stack,
             ),
         )
 
@@ -289,6 +297,7 @@ class Recorder:
                     self.modules.class_path,
                     NO_ID,
                     self.modules.instance_path,
+                    "",
                 ),
             )
 
@@ -448,6 +457,7 @@ class Recorder:
                 "",
                 "",
                 NO_ID,
+                "",
                 "",
             ),
         )

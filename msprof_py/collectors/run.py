@@ -35,6 +35,8 @@ class RunOptions:
     task_time: bool = True
     sys_hardware_mem: bool = True
     ascendcl: bool = True
+    #: record the Python stack of every host op
+    with_stack: bool = False
     report: bool = True
     #: what to export after the run: ``ascend`` (torch_npu/CANN folders), ``chrome``
     #: (``trace.json``); empty for nothing but the raw profile (and the report)
@@ -125,6 +127,7 @@ class ProfileRun:
             task_time=o.task_time,
             sys_hardware_mem=o.sys_hardware_mem,
             ascendcl=o.ascendcl,
+            with_stack=o.with_stack,
             deterministic=o.deterministic,
             command=" ".join(self.application),
             export=False,

@@ -80,6 +80,8 @@ class SessionConfig:
     sys_hardware_mem: bool = True
     ascendcl: bool = True
     deterministic: bool = False
+    #: record the Python stack of every host op (``msprof --with-stack``)
+    with_stack: bool = False
     command: str = ""
     #: write the Ascend exports when the session stops (off when the launcher does it)
     export: bool = True
@@ -173,6 +175,7 @@ class Session:
             "record_tasks": cfg.task_time,
             "record_memory": cfg.sys_hardware_mem,
             "record_api": cfg.ascendcl,
+            "with_stack": cfg.with_stack,
             "rank": rank,
             "world_size": world,
             "hostname": socket.gethostname(),
@@ -193,6 +196,7 @@ class Session:
             record_api=cfg.ascendcl,
             logical_threads=cfg.deterministic,
             steps_from=cfg.steps_from,
+            with_stack=cfg.with_stack,
         )
         self.recorder.on_finished = self._detach  # the window is over: stop paying
         self.recorder._step_start = engine.host_ns  # the first step starts now

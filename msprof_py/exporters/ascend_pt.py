@@ -65,7 +65,7 @@ def profiler_info(data: ExportData) -> dict[str, Any]:
                 "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
                 "record_shapes": True,
                 "profile_memory": not profile.memory.empty,
-                "with_stack": False,
+                "with_stack": bool(meta.get("with_stack", False)),
                 "with_flops": False,
                 "with_modules": False,
             },

@@ -118,6 +118,12 @@ HOST_EVENTS = Table(
         Column("module", _STR, "ops: nn.Module path at the time (Model/Block/Conv2d)"),
         Column("sequence", _I64, "ops: autograd sequence number (forward/backward pairs), or -1"),
         Column("module_path", _STR, "ops: nn.Module instance path (layer2.0.conv1), '' on top"),
+        Column(
+            "stack",
+            _STR,
+            "ops, msprof --with-stack: the Python call stack, outermost first, frames "
+            "file:line(function) joined by ';' (torch and msprof_py frames left out), else ''",
+        ),
     ),
     ("event_id", "kind", "name", "start_ns", "end_ns", "step"),
 )

@@ -565,6 +565,50 @@ def _operators(a: Any) -> pd.DataFrame:
     return ops[[c for c in _OPERATOR_COLUMNS if c in ops]]
 
 
+#: the module tree's columns in the report (the module column indented by depth)
+_MODULE_COLUMNS = [
+    "rank",
+    "module",
+    "class_name",
+    "self_forward_ns",
+    "self_backward_ns",
+    "self_other_ns",
+    "total_forward_ns",
+    "total_backward_ns",
+    "total_ns",
+    "share_of_device",
+    "total_ops_per_step",
+    "total_kernels_per_step",
+]
+#: rows of the module tree in the report
+MODULE_ROWS = 500
+
+
+def _module_tree(a: Any) -> dict[str, Any]:
+    """The module tree as a table: each module by its name, indented by its depth; sorting
+    by the module column brings back the tree order."""
+    tree = a.modules.get("tree") if hasattr(a, "modules") else None
+    if tree is None or len(tree) < 2:
+        return tables.table(None)
+    shown = tree.assign(
+        module=[
+            "\u00a0\u00a0" * int(d) + (m.rsplit(".", 1)[-1] if m else n)
+            for d, m, n in zip(tree["depth"], tree["module"], tree["name"], strict=True)
+        ]
+    )
+    out = tables.table(shown, columns=_MODULE_COLUMNS, limit=MODULE_ROWS, headers=_MODULE_HEADERS)
+    at = [c for c in _MODULE_COLUMNS if c in shown.columns]
+    if "rank" in at and shown["rank"].nunique() < 2:
+        at.remove("rank")
+    col = at.index("module")
+    for i, row in enumerate(out["rows"]):
+        row[col] = (row[col][0], f"{i:07d}")  # sorting by it: the tree order again
+    return out
+
+
+_MODULE_HEADERS = {"module": "Module", "class_name": "Class", "share_of_device": "Share of device"}
+
+
 def _script() -> str:
     """The page's own script (timeline interaction, sortable tables)."""
     from importlib.resources import files
@@ -615,6 +659,7 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
         "density_ops": tables.table(a.compute_density["ops"], columns=_DENSITY_TABLE, limit=30),
         "memory_summary": tables.table(pd.DataFrame(a.memory.get("summary") or [])),
         "memory_steps": tables.table(a.memory.get("steps")),
+        "module_tree": _module_tree(a),
         "findings": _findings(a, profile),
         "ranks": _ranks(profile, a),
     }

@@ -167,6 +167,7 @@ def big_profile(
             "module": "Model/Linear",
             "sequence": -1,
             "module_path": "fc",
+            "stack": "",
         }
     )
     launches = ops.assign(
