@@ -47,4 +47,4 @@ def load(path: Path) -> Profile:
     return profile
 
 
-register(Importer(NAME, detect, load))
+register(Importer(NAME, detect, load, "ASCEND_PROFILER_OUTPUT/ and */ASCEND_PROFILER_OUTPUT/"))

@@ -221,4 +221,4 @@ def ns_value(value: Any, where: str) -> int:
         raise ProfileError(f"{where}: {text[:40]!r} is not a number") from None
     if not np.isfinite(number):
         raise ProfileError(f"{where}: {text[:40]!r} is not a number")
-    return int(round(number * 1000.0))
+    return round(number * 1000.0)

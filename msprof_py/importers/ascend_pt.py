@@ -251,14 +251,16 @@ def _kernel_tasks(kd: CsvTable) -> pd.DataFrame:
             "order": np.arange(len(start)),
         }
     )
-    frame["collective"] = [collective_op(n) if c else "" for n, c in zip(frame["name"], coll)]
+    frame["collective"] = [
+        collective_op(n) if c else "" for n, c in zip(frame["name"], coll, strict=True)
+    ]
     frame.loc[~frame["op_state"].isin(["dynamic", "static"]), "op_state"] = ""
     return frame
 
 
 def _hardware_kind(name: str, task_type: str) -> str:
     upper, ttype = name.upper(), task_type.upper()
-    if "MEMCPY" in upper or "MEMCPY" in ttype or "DMA" in ttype and "MEMSET" not in upper:
+    if "MEMCPY" in upper or "MEMCPY" in ttype or ("DMA" in ttype and "MEMSET" not in upper):
         return "memcpy"
     if "MEMSET" in upper:
         return "memset"
@@ -278,7 +280,8 @@ def _hardware_tasks(tv: TraceView, with_kernels: bool) -> pd.DataFrame:
     if hw.empty:
         return pd.DataFrame()
     kind = np.array(
-        [_hardware_kind(n, t) for n, t in zip(hw["name"], hw["task_type"])], dtype=object
+        [_hardware_kind(n, t) for n, t in zip(hw["name"], hw["task_type"], strict=True)],
+        dtype=object,
     )
     keep = np.isin(kind, ["kernel", "collective"], invert=True) | with_kernels
     hw, kind = hw[keep], kind[keep]
@@ -303,7 +306,8 @@ def _hardware_tasks(tv: TraceView, with_kernels: bool) -> pd.DataFrame:
             "bytes": np.where(kind == "memcpy", hw["size"].to_numpy(dtype=np.int64), 0),
             "copy_kind": copy_kind,
             "collective": [
-                collective_op(n) if k == "collective" else "" for n, k in zip(names, kind)
+                collective_op(n) if k == "collective" else ""
+                for n, k in zip(names, kind, strict=True)
             ],
             "step": -1,
             "order": 10**12 + np.arange(len(hw)),
@@ -357,7 +361,8 @@ def _steps(tv: TraceView | None) -> pd.DataFrame:
     opt = ops[ops["name"].str.startswith("Optimizer.step#")]["start"].to_numpy(dtype=np.int64)
     if len(steps) >= 2 and len(opt):
         holds = [
-            bool(((opt >= s) & (opt < e)).any()) for s, e in zip(steps["start_ns"], steps["end_ns"])
+            bool(((opt >= s) & (opt < e)).any())
+            for s, e in zip(steps["start_ns"], steps["end_ns"], strict=True)
         ]
         if all(holds[:-1]) and not holds[-1]:
             steps.loc[len(steps) - 1, "source"] = "end of run"
@@ -470,7 +475,8 @@ def _link(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
     if host.empty:
         return
     by_start = {
-        (int(s), int(t)): i for i, (s, t) in enumerate(zip(tasks["stream_id"], tasks["start_ns"]))
+        (int(s), int(t)): i
+        for i, (s, t) in enumerate(zip(tasks["stream_id"], tasks["start_ns"], strict=True))
     }
     by_time: dict[int, int] = {}
     for i, t in enumerate(tasks["start_ns"].tolist()):
@@ -483,7 +489,9 @@ def _link(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
     shortest = ops.assign(timed=length > 0, back=-length).sort_values(
         ["timed", "back"], kind="stable"
     )
-    for eid, thread, start in zip(shortest["event_id"], shortest["thread"], shortest["start_ns"]):
+    for eid, thread, start in zip(
+        shortest["event_id"], shortest["thread"], shortest["start_ns"], strict=True
+    ):
         op_at[(int(thread), int(start))] = int(eid)
     host_op = tasks["host_op_id"].to_numpy(dtype=np.int64).copy()
     for s_tid, s_ts, f_tid, f_ts in tv.flows.itertuples(index=False):
@@ -495,7 +503,7 @@ def _link(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
     # launches -> tasks: the hardware event with the launch's connection_id
     hw = tv.hardware
     conn_task: dict[int, int] = {}
-    for conn, stream, start in zip(hw["connection_id"], hw["stream"], hw["start"]):
+    for conn, stream, start in zip(hw["connection_id"], hw["stream"], hw["start"], strict=True):
         i = by_start.get((int(stream), int(start)), by_time.get(int(start)))
         if i is not None and conn >= 0:
             conn_task.setdefault(int(conn), i)
@@ -544,7 +552,7 @@ def _rename_tasks(tasks: pd.DataFrame, host: pd.DataFrame) -> None:
     kernel = framework & aclnn & (tasks["kind"] == "kernel")
     tasks.loc[kernel, "name"] = op_name[kernel]
     # copies as the recorder names them: "<op> (H2D)"; a read-back of one value (.item():
-    # aten::_local_scalar_dense, 8 bytes or less to the host) "<op> (value)"
+    # aten::_local_scalar_dense, 8 bytes or less to the host) "Tensor.item() (<op>) (value)"
     copy = ((op_name != "") & (tasks["kind"] == "memcpy")).to_numpy()
     if copy.any():
         short = tasks["copy_kind"].map(_COPY_SHORT).fillna("copy")
@@ -553,8 +561,10 @@ def _rename_tasks(tasks: pd.DataFrame, host: pd.DataFrame) -> None:
             & (tasks["copy_kind"] == "DEVICE_TO_HOST")
             & (tasks["bytes"] <= 8)
         )
-        label = np.where(value, "value", short)
-        tasks.loc[copy, "name"] = (op_name + " (" + label + ")")[copy]
+        named = np.where(
+            value, "Tensor.item() (" + op_name + ") (value)", op_name + " (" + short + ")"
+        )
+        tasks.loc[copy, "name"] = pd.Series(named, index=tasks.index)[copy]
     memset = ((op_name != "") & (tasks["kind"] == "memset")).to_numpy()
     tasks.loc[memset, "name"] = op_name[memset]
 
@@ -611,14 +621,16 @@ def _blocks(frame: pd.DataFrame, om: CsvTable) -> None:
     rel_t = om.ns("Release Time(us)")
     rel_total = np.round(om.number("Release Total Allocated(MB)") * MB).astype(np.int64)
     keys = {}
-    for t, a, n, s in zip(alloc_t, alloc_total, name, size):
+    for t, a, n, s in zip(alloc_t, alloc_total, name, size, strict=True):
         keys.setdefault(("malloc", int(t), int(a)), (n, s))
-    for t, a, n, s, r in zip(rel_t, rel_total, name, size, released):
+    for t, a, n, s, r in zip(rel_t, rel_total, name, size, released, strict=True):
         if r:
             keys.setdefault(("free", int(t), int(a)), (n, s))
     tags = frame["tag"].to_numpy(dtype=object).copy()
     sizes = frame["size"].to_numpy(dtype=np.int64).copy()
-    for i, (act, t, a) in enumerate(zip(frame["action"], frame["time_ns"], frame["allocated"])):
+    for i, (act, t, a) in enumerate(
+        zip(frame["action"], frame["time_ns"], frame["allocated"], strict=True)
+    ):
         got = keys.get((act, int(t), int(a)))
         if got is not None:
             tags[i], sizes[i] = got
@@ -674,8 +686,8 @@ def _communication(path: Path, tasks: pd.DataFrame, world: int) -> None:
         factor = _bus_factor(str(tasks["collective"].iat[i]), world)
         size_mb, wait_ms = got
         if factor > 0:
-            tasks.iat[i, tasks.columns.get_loc("bytes")] = int(round(size_mb * MB / factor))
-        tasks.iat[i, tasks.columns.get_loc("notify_wait_ns")] = int(round(wait_ms * 1e6))
+            tasks.iat[i, tasks.columns.get_loc("bytes")] = round(size_mb * MB / factor)
+        tasks.iat[i, tasks.columns.get_loc("notify_wait_ns")] = round(wait_ms * 1e6)
 
 
 def _float(value: Any) -> float:
@@ -729,7 +741,11 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
 
     tables: dict[str, pd.DataFrame] = {}
     steps = _steps(tv)
-    host = _host_events(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"]))) if tv else pd.DataFrame()
+    host = (
+        _host_events(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
+        if tv
+        else pd.DataFrame()
+    )
     if len(tasks):
         tasks = tasks.sort_values(["start_ns", "order"], kind="stable").reset_index(drop=True)
         tasks["task_id"] = np.arange(len(tasks), dtype=np.int64)
