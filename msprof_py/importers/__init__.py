@@ -30,11 +30,13 @@ BUILTIN = ("msprof_py.importers.ascend", "msprof_py.importers.kineto")
 @dataclass(frozen=True)
 class Importer:
     """One foreign format: ``name`` (as messages and ``meta["source_format"]`` say it),
-    ``detect`` (cheap: looks at names and the first bytes only) and ``load``."""
+    ``detect`` (cheap: looks at names and the first bytes only) and ``load``; ``looks_for``
+    says what ``detect`` looks for (the "no profile here" message lists it)."""
 
     name: str
     detect: Callable[[Path], bool]
     load: Callable[[Path], Profile]
+    looks_for: str = ""
 
 
 _REGISTERED: list[Importer] = []

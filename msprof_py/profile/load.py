@@ -373,14 +373,15 @@ def load(
         raise ProfileError(f"{path}: no such file or directory")
     folders = raw_folders(path)
     if not folders:
-        from msprof_py.importers import find
+        from msprof_py.importers import find, importers
 
         importer = find(path)
         if importer is not None:
             return importer.load(path)
+        foreign = "".join(f"; {i.name}: {i.looks_for or 'its files'}" for i in importers())
         raise ProfileError(
-            f"{path}: no msprof-py profile here (looked for {META_FILE}, {RAW_DIR}/ "
-            f"and */{RAW_DIR}/)"
+            f"{path}: no profile here (looked for msprof-py's {META_FILE}, {RAW_DIR}/ and "
+            f"*/{RAW_DIR}/{foreign})"
         )
     meta: dict[int, dict[str, Any]] = {}
     notes: list[str] = []

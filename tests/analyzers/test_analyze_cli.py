@@ -149,7 +149,7 @@ def test_cluster_view(cluster_dir: Path) -> None:
     ("args", "message"),
     [
         (["{missing}"], "no such file or directory"),
-        (["{empty}"], "no msprof-py profile here"),
+        (["{empty}"], "no profile here"),
         (["{run}", "--rank", "5"], "no rank 5"),
         (["{run}", "--json", "--csv", "x"], "cannot be combined"),
     ],
