@@ -105,6 +105,9 @@ ANALYSIS_SIDE = {
     "exporters": ("adapter", "collectors", "acl", "device", "report", "gates"),
     "report": ("adapter", "collectors", "acl", "exporters", "gates"),
     "gates": ("adapter", "collectors", "acl", "device", "exporters", "report"),
+    # importers are the loader's inverse of the exporters (their file names and columns)
+    "importers": ("adapter", "collectors", "acl", "analyzers", "report", "gates"),
+    "compare": ("adapter", "collectors", "acl", "exporters", "report"),
 }
 
 

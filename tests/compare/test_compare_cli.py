@@ -118,7 +118,7 @@ def test_projection_is_labelled_everywhere(runs: dict[str, Path], tmp_path: Path
     ("args", "message"),
     [
         (["{tmp}/missing", "{new}"], "missing: no such file or directory (BASE)"),
-        (["{base}", "{tmp}"], "no msprof-py profile here"),
+        (["{base}", "{tmp}"], "no profile here"),
         (["{base}", "{new}", "--base-step", "9"], "BASE has no step 9 (steps: 1-2)"),
         (["{base}", "{new}", "--rank", "5"], "has no rank 5"),
         (["{base}", "{new}", "--op-name-map", "{tmp}/nomap"], "expected a=b pairs or a map file"),
