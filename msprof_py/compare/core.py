@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from msprof_py.compare import communication, memory, modules, operators, overall
+from msprof_py.compare.records import device_op_names
 from msprof_py.compare.side import CompareError, Side, load_profile, make_side
 from msprof_py.profile import Profile
 
@@ -173,6 +174,10 @@ def compare(
     r = common_rank(b_prof, n_prof, rank)
     b = make_side("BASE", b_prof, r, base_step, warmup)
     n = make_side("NEW", n_prof, r, new_step, warmup)
+    if not b.on_device and n.on_device:
+        b.peer_names = device_op_names(n)
+    elif not n.on_device and b.on_device:
+        n.peer_names = device_op_names(b)
     ops = operators.operator_table(b, n, op_name_map)
     return Comparison(
         base=b,

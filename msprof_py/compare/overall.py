@@ -8,9 +8,9 @@ SDMA. Computing Time, Uncovered Communication Time, Free Time and E2E Time are
 :func:`msprof_py.analyzers.timeline.step_breakdown`'s Computing, Communication (not
 overlapped), Free and step time, so ``Computing + Uncovered Communication + Free == E2E``.
 
-Without device work (a projection): the host's leaf ops (:mod:`msprof_py.compare.records`)
-are classified by name, Computing Time is the time they cover in the step, there is no
-communication, and Free is the rest of the step.
+Without device work (a projection): the host ops a projection counts
+(:mod:`msprof_py.compare.records`) are classified by name, Computing Time is the time they
+cover in the step, there is no communication, and Free is the rest of the step.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 from msprof_py.analyzers import intervals, timeline
 from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, VECTOR_TYPES
 from msprof_py.compare import names
-from msprof_py.compare.records import leaf_mask
+from msprof_py.compare.records import projection_mask
 from msprof_py.compare.side import Side
 
 FA_FWD, FA_BWD = "Flash Attention (Forward)", "Flash Attention (Backward)"
@@ -103,7 +103,7 @@ def side_overall(side: Side) -> dict[str, tuple[float, float]]:
         kernels = int((tasks["kind"] == KERNEL).sum())
     else:
         ops = data.host_ops
-        ops = ops[leaf_mask(ops)]
+        ops = ops[projection_mask(ops, side.peer_names)]
         classes = classify_names(ops["name"])
         times = (ops["end_ns"] - ops["start_ns"]).clip(lower=0).to_numpy()
         lo = data.steps["dev_start_ns"].to_numpy(dtype=np.int64)

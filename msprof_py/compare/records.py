@@ -2,9 +2,11 @@
 
 On device, an op's time is the device time of the work tasks it launched (kernels, copies,
 memsets, collectives: ``tasks.host_op_id``); tasks no host op launched count under their own
-name. Without device work (a projection), the ops are the host's **leaf** ops (those that
-call no other op on their thread: ``aten::addmm``, not the ``aten::linear`` around it, the ops
-an NPU run launches kernels for) and an op's time is its host time.
+name. Without device work (a projection), an op's time is its host time, and the ops are
+taken at the level an NPU run records them: the outermost op whose name the device side
+launched work from (``aten::addmm``, not the ``aten::linear`` around it nor the
+``aten::copy_`` inside it), and, outside those, the host's **leaf** ops (those that call no
+other op on their thread).
 """
 
 from __future__ import annotations
@@ -38,6 +40,39 @@ def leaf_mask(ops: pd.DataFrame) -> np.ndarray:
     return leaf
 
 
+def projection_mask(ops: pd.DataFrame, names: frozenset[str]) -> np.ndarray:
+    """The host ops a projection counts: the outermost op named in ``names`` (the peer's
+    device ops), and leaf ops inside no such op; every op once at most (no time counted
+    twice)."""
+    if not names:
+        return leaf_mask(ops)
+    if ops.empty:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((-ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"]))
+    thread = ops["thread"].to_numpy()[order]
+    start = ops["start_ns"].to_numpy()[order]
+    end = ops["end_ns"].to_numpy()[order]
+    named = np.isin(_text(ops["name"])[order], list(names))
+    leaf = leaf_mask(ops)[order]
+    keep = np.zeros(len(order), dtype=bool)
+    stack: list[tuple[int, int, bool]] = []  # (thread, end, inside a named op)
+    for i in range(len(order)):
+        while stack and (stack[-1][0] != thread[i] or stack[-1][1] <= start[i]):
+            stack.pop()
+        inside = bool(stack) and stack[-1][2]
+        keep[i] = not inside and (named[i] or leaf[i])
+        stack.append((int(thread[i]), int(end[i]), inside or bool(named[i])))
+    out = np.empty(len(order), dtype=bool)
+    out[order] = keep
+    return out
+
+
+def device_op_names(side: Side) -> frozenset[str]:
+    """The host op names ``side`` launched device work from."""
+    rec = op_records(side)
+    return frozenset(rec.loc[rec["op_id"] >= 0, "name"].astype(str))
+
+
 def op_records(side: Side) -> pd.DataFrame:
     """The side's op instances (:data:`RECORD_COLUMNS`) over its compared steps."""
     cached = side.data.cache.get("compare_records")
@@ -65,7 +100,7 @@ def _frame(ops: pd.DataFrame, time_ns: np.ndarray, tasks: np.ndarray) -> pd.Data
 
 def _host_records(side: Side) -> pd.DataFrame:
     ops = side.data.host_ops
-    ops = ops[leaf_mask(ops)]
+    ops = ops[projection_mask(ops, side.peer_names)]
     host_ns = (ops["end_ns"] - ops["start_ns"]).clip(lower=0).to_numpy()
     return _frame(ops, host_ns, np.zeros(len(ops)))
 

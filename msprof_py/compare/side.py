@@ -35,6 +35,9 @@ class Side:
     path: str
     data: RankData
     on_device: bool
+    #: a host-only side (a projection): the op names the other side launched device work
+    #: from, so that its ops are taken at the level the device run records them
+    peer_names: frozenset[str] = frozenset()
 
     @property
     def steps(self) -> list[int]:

@@ -183,3 +183,26 @@ def test_op_name_map_entries(tmp_path) -> None:
     bad.write_text("just a name\n")
     with pytest.raises(OpNameMapError, match="line 1"):
         parse_op_name_map([str(bad)])
+
+
+def test_a_projection_takes_host_ops_at_the_level_the_device_run_records_them() -> None:
+    """aten::linear wraps aten::t and aten::addmm, which wraps an aten::copy_; the device run
+    launched work from aten::t and aten::addmm: those two count, once each (not the linear
+    around them, nor the copy inside addmm); a leaf outside them (aten::relu) counts too."""
+    import pandas as pd
+
+    from msprof_py.compare.records import leaf_mask, projection_mask
+
+    ops = pd.DataFrame(
+        {
+            "name": ["aten::linear", "aten::t", "aten::addmm", "aten::copy_", "aten::relu"],
+            "start_ns": [0, 0, 10, 20, 100],
+            "end_ns": [100, 10, 90, 30, 120],
+            "thread": [1, 1, 1, 1, 1],
+        }
+    )
+    picked = projection_mask(ops, frozenset({"aten::t", "aten::addmm", "aten::relu"}))
+    assert list(ops["name"][picked]) == ["aten::t", "aten::addmm", "aten::relu"]
+    # without peer names: the leaf ops
+    assert list(ops["name"][leaf_mask(ops)]) == ["aten::t", "aten::copy_", "aten::relu"]
+    assert list(projection_mask(ops, frozenset())) == list(leaf_mask(ops))
