@@ -296,6 +296,9 @@ def register() -> None:
     from msprof_py.adapter import host_ops, recurrent, sdpa
 
     host_ops.register(impl, [*recurrent.host_ops(), *sdpa.host_ops()])
+    from msprof_py.adapter import sdpa_graph
+
+    sdpa_graph.register(impl)  # SDPA's fused node in compiled graphs
 
     impl.impl("_pin_memory", pin_memory, "CPU")
     impl.impl("is_pinned", is_pinned, "CPU")

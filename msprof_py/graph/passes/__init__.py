@@ -19,6 +19,11 @@ Cleanup (always, also with ``fuse=False``; :mod:`.cleanup`):
 
 Pattern fusion (``fuse=True``), in this order:
 
+0. ``AssignRemovePass`` (:mod:`.inplace`): the functionalized epilogue ``copy_(buffer, new)``
+   of a training step (BN running mean / variance, ``num_batches_tracked``) launches nothing;
+   the op computing ``new`` (``BNTrainingUpdate``, an ``Add`` as ``AssignAdd``) writes the
+   buffer in place. Needs the buffer written once, read by nobody but that op, and ``new``
+   not returned.
 1. ``ConvBatchnormFusionPass`` (:mod:`.conv_bn`): ``convolution`` ->
    ``_native_batch_norm_legit_no_training`` (-> ``relu``) -> one ``Conv2D`` (BN folded into
    the filter, ReLU as epilogue). Needs static shapes, a Const filter/bias and Const BN
@@ -75,11 +80,13 @@ from msprof_py.graph.passes.autofuse import autofuse
 from msprof_py.graph.passes.chains import gelu, layer_norm, rms_norm, softmax
 from msprof_py.graph.passes.cleanup import cleanup
 from msprof_py.graph.passes.conv_bn import bn_relu_conv, conv_batchnorm
+from msprof_py.graph.passes.inplace import assign_remove
 from msprof_py.graph.passes.matmul import matmul_epilogue
 from msprof_py.graph.passes.plan import Plan
 
 #: the fusion passes in the order they run (AutoFuse last)
 FUSION_PASSES: tuple[Callable[[Plan], None], ...] = (
+    assign_remove,
     conv_batchnorm,
     bn_relu_conv,
     flash_attention,

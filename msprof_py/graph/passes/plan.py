@@ -11,6 +11,7 @@ launches nothing and does not break a chain, and a kernel reads its base.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import json
 from collections.abc import Iterable, Sequence
@@ -92,6 +93,8 @@ class Plan:
         self.groups: list[Group] = []
         self.owner: dict[str, int] = {}
         self.records: list[PassRecord] = []
+        #: AssignRemovePass: a value -> the parameter its producer writes in place instead
+        self.inplace: dict[ValueRef, ValueRef] = {}
         self._users: dict[str, list[Node]] | None = None
         self._ref_users: dict[ValueRef, list[Node]] = {}
         self._out_bases: set[ValueRef] = set()
@@ -361,7 +364,40 @@ class Plan:
             raise RuntimeError(f"graph {self.graph.name!r}: fused kernels form a cycle")
         return result
 
+    def _in_place(
+        self,
+        members: Sequence[str],
+        inputs: tuple[ValueRef, ...],
+        outputs: tuple[ValueRef, ...],
+    ) -> tuple[tuple[ValueRef, ...], tuple[ValueRef, ...]]:
+        """``inputs`` and ``outputs`` with values written in place (AssignRemovePass) replaced
+        by the parameter they live in (a value the graph returns is written both there and in
+        place); the members' in-place writes added to the outputs of the kernel that writes
+        the members' values (the one with outputs)."""
+        if not self.inplace:
+            return inputs, outputs
+        swap = {s: d for s, d in self.inplace.items() if not self.is_graph_output(s)}
+        ins = tuple(dict.fromkeys(swap.get(r, r) for r in inputs))
+        outs = dict.fromkeys(swap.get(r, r) for r in outputs)
+        inside = set(members)
+        for src, dst in self.inplace.items():
+            if outputs and src.node in inside:
+                outs[dst] = None
+        return ins, tuple(outs)
+
     def _unit_kernels(self, u: int, members: tuple[str, ...]) -> list[GraphKernel]:
+        kernels = self._unit_kernels_raw(u, members)
+        if not self.inplace:
+            return kernels
+        result = []
+        for k in kernels:
+            ins, outs = k.inputs, k.outputs
+            if ins or outs:
+                ins, outs = self._in_place(k.members, ins, outs)
+            result.append(dataclasses.replace(k, inputs=ins, outputs=outs))
+        return result
+
+    def _unit_kernels_raw(self, u: int, members: tuple[str, ...]) -> list[GraphKernel]:
         if u < len(self.groups):
             group = self.groups[u]
             inputs, outputs = self.group_io(members, group.folded_inputs)

@@ -24,3 +24,28 @@ def test_three_compiled_steps_equal_eager_cpu(npu: SimulatedNpu, make, shape) ->
     for name, value in npu_model.state_dict().items():
         assert value.device.type == "npu"
         assert torch.equal(value.cpu(), cpu_state[name]), name
+
+
+def test_bn_running_stats_update_in_place_without_copy_kernels(npu: SimulatedNpu) -> None:
+    """GE's BNTrainingUpdate writes the running stats in place (AssignRemovePass): the
+    forward plan of a conv+BN+ReLU step has no MemcpyAsync, the buffers still equal CPU."""
+    from msprof_py.graph.runner import compiled_graphs
+
+    torch.manual_seed(0)
+    model = cnn()
+    inputs = [torch.randn(2, 3, 8, 8) for _ in range(2)]
+    _, cpu_model = train(model, inputs, "cpu")
+    _, npu_model = train(model, inputs, "npu", lambda m: torch.compile(m, backend="npu"))
+    [forward] = [g for g in compiled_graphs() if g.name.endswith("_forward")]
+    plan = forward.last_plan
+    op_types = [k.op_type for k in plan.kernels]
+    assert "MemcpyAsync" not in op_types
+    copies = [n.name for n in plan.graph.nodes if n.target == "copy_"]
+    assert len(copies) == 3  # running_mean, running_var, num_batches_tracked
+    hits = [r for r in plan.records if r.pass_name == "AssignRemovePass" and r.hit]
+    assert sorted(r.nodes[-1] for r in hits) == sorted(copies)
+    bn = cpu_model[1]
+    npu_bn = npu_model[1]
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        assert torch.equal(getattr(npu_bn, name).cpu(), getattr(bn, name)), name
+    assert int(npu_bn.num_batches_tracked) == 2
