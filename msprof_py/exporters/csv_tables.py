@@ -523,7 +523,7 @@ def operator_details(data: ExportData) -> pd.DataFrame:
         {
             "Name": ops["name"].to_numpy(),
             "Input Shapes": ops["input_shapes"].fillna("").to_numpy(),
-            "Call Stack": "",
+            "Call Stack": naming.call_stacks(ops),
             "Host Self Duration(us)": us(host_self),
             "Host Total Duration(us)": us(host_total),
             "Device Self Duration(us)": us(dev_self),

@@ -18,6 +18,9 @@ One place for the conventions every Ascend export shares:
   ``aclrtSynchronizeStream`` for a host wait on one stream (torch_npu implements blocking
   copies and ``.item()`` as an async copy plus a stream sync), ``HcclAllReduce`` ... for
   collectives. Host waits that are no API call (a full task queue) have no CANN event.
+* **call stacks** (``--with-stack``) as torch_npu writes them (``Call stack`` in trace_view.json
+  args, ``Call Stack`` in operator_details.csv): innermost frame first, ``;\r\n`` between
+  frames (the profile stores them outermost first, ``;`` between).
 * **data types** as CANN prints them: ``FLOAT``, ``FLOAT16``, ``DT_BF16``, ``INT64`` ...
 * **file names** made from recorded values (a rank, a host name) go through
   :func:`file_component`, so a value such as ``../x`` never writes outside the output folder.
@@ -93,6 +96,14 @@ def _by_category(values: pd.Series, fn: Callable[[Any], Any]) -> np.ndarray:
     codes, uniques = pd.factorize(values, use_na_sentinel=False)
     mapped = np.array([fn(u) for u in uniques], dtype=object)
     return mapped[codes] if len(uniques) else np.array([], dtype=object)
+
+
+def call_stacks(ops: pd.DataFrame) -> np.ndarray:
+    """The ``Call stack`` text of each op (see the module doc); empty without stacks."""
+    if "stack" not in ops.columns:
+        return np.full(len(ops), "", dtype=object)
+    stacks = ops["stack"].astype(object).fillna("").astype(str)
+    return _by_category(stacks, lambda s: ";\r\n".join(reversed(s.split(";"))) if s else "")
 
 
 def cann_dtypes(dtypes: pd.Series) -> np.ndarray:

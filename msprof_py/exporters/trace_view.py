@@ -177,7 +177,14 @@ def _op_args(ops: pd.DataFrame) -> Text:
         types,
         "}",
     )
-    return pc.if_else(pa.array((shapes != "").to_numpy()), full, plain)
+    args = pc.if_else(pa.array((shapes != "").to_numpy()), full, plain)
+    stacks = naming.call_stacks(ops)
+    has_stack = stacks != ""
+    if not has_stack.any():
+        return args
+    # '{... }' -> '{...,"Call stack":"..."}' where the op has a stack
+    with_stack = concat(pc.utf8_slice_codeunits(args, 0, -1), ',"Call stack":', jstr(stacks), "}")
+    return pc.if_else(pa.array(has_stack), with_stack, args)
 
 
 def torch_to_npu_flows(data: ExportData, pids: Pids) -> Iterator[Text]:

@@ -186,3 +186,34 @@ def test_without_stacks_frames_are_module_paths(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "frames are module paths" in result.stderr
     assert all(frames[0] == "Net" for frames, _ in _folded(out))
+
+
+def test_the_ascend_export_carries_the_stacks_as_torch_npu_writes_them(
+    recorded: Path, tmp_path: Path
+) -> None:
+    """trace_view.json ``Call stack`` args and operator_details.csv ``Call Stack``: innermost
+    frame first, ``;\\r\\n`` between frames."""
+    import csv
+    import json
+    import shutil
+
+    from msprof_py.exporters import export_run
+
+    run = tmp_path / recorded.name
+    shutil.copytree(recorded, run)
+    rank = next(run.glob("*_ascend_pt"))
+    export_run(rank)
+    out = rank / "ASCEND_PROFILER_OUTPUT"
+    stored = {
+        (r.name, int(r.start_ns)): r.stack
+        for r in msprof_py.load(run).host_events.itertuples()
+        if r.kind == "op" and r.stack
+    }
+    want = {";\r\n".join(reversed(s.split(";"))) for s in stored.values()}
+    events = json.loads((out / "trace_view.json").read_text())
+    got = {e["args"]["Call stack"] for e in events if "Call stack" in e.get("args", {})}
+    assert got == want and any(";\r\n" in s for s in got)
+    assert all(s.split(";\r\n")[0].startswith("model.py:") for s in got)  # innermost first
+    with open(out / "operator_details.csv", newline="", encoding="utf-8") as f:
+        cells = {row["Call Stack"] for row in csv.DictReader(f)} - {""}
+    assert cells and cells <= want

@@ -34,11 +34,6 @@ def cpu_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    import msprof_py.adapter
-
-    # the npu must be registered before the process's first backward (autograd sizes its
-    # device queues then): later test files in this worker train on it
-    msprof_py.adapter.install()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
