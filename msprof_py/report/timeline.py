@@ -96,6 +96,15 @@ def _task_hover(t: pd.DataFrame) -> pd.Series:
     )
 
 
+def call_sites(ops: pd.DataFrame) -> np.ndarray:
+    """Per host op, the innermost user frame of its recorded stack (``train.py:42(step)``;
+    empty without ``--with-stack``)."""
+    if "stack" not in ops.columns:
+        return np.full(len(ops), "", dtype=object)
+    stacks = ops["stack"].astype(object).fillna("").astype(str)
+    return stacks.str.rsplit(";", n=1).str[-1].to_numpy(dtype=object)
+
+
 def _host_hover(h: pd.DataFrame) -> pd.Series:
     if h.empty:
         return pd.Series([], index=h.index, dtype=object)
@@ -256,6 +265,7 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
                 "unit": host_units(mine),
                 "id": mine["event_id"].to_numpy(),
                 "module": module_labels(mine).reset_index(drop=True),
+                "site": call_sites(mine),
             }
         )
         lane = Lane(f"{prefix}{role}", rank, "thread", spans)
@@ -567,6 +577,8 @@ def _span_store(lanes: list[Lane], origin: int, codes: _Codes) -> dict[str, Any]
         }
         if "module" in sp:
             entry["m"] = codes(sp["module"])
+        if "site" in sp and (sp["site"] != "").any():
+            entry["c"] = codes(sp["site"])
         out.append(entry)
     for mine in by_rank.values():
         drawn = [ln for ln in mine if not ln.binned and len(ln.spans)]

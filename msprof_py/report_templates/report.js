@@ -186,7 +186,8 @@
       if (!o) return null;
       var L = st.lanes[o[0]];
       return {g: g, lane: o[0], s: L.s[o[1]], e: L.e[o[1]], name: st.names[L.n[o[1]]],
-              unit: st.names[L.u[o[1]]], module: L.m ? st.names[L.m[o[1]]] : ""};
+              unit: st.names[L.u[o[1]]], module: L.m ? st.names[L.m[o[1]]] : "",
+              site: L.c ? st.names[L.c[o[1]]] : ""};
     }
     function view() {
       var xa = gd._fullLayout.xaxis;
@@ -418,6 +419,7 @@
         panel.textContent = "";
         line("Selected", describe(x));
         if (x.module) line("Module", x.module);
+        if (x.site) line("Call site", x.site);
         var link = kernelOf[g];
         if (link) {
           if (link[1] >= 0) line("Launched by", describe(span(link[1])), link[1]);
@@ -425,6 +427,7 @@
             var op = span(link[0]);
             line("Op", describe(op), link[0]);
             if (op.module) line("Op module", op.module);
+            if (op.site) line("Op call site", op.site);
           }
         }
         if (g in kernelOfLaunch) line("Kernel", describe(span(kernelOfLaunch[g])), kernelOfLaunch[g]);

@@ -217,3 +217,20 @@ def test_the_ascend_export_carries_the_stacks_as_torch_npu_writes_them(
     with open(out / "operator_details.csv", newline="", encoding="utf-8") as f:
         cells = {row["Call Stack"] for row in csv.DictReader(f)} - {""}
     assert cells and cells <= want
+
+
+def test_the_report_shows_each_ops_call_site(recorded: Path) -> None:
+    """The page's span store gives host-op spans their innermost user frame (the click panel's
+    "Call site"); ops without a stack (autograd thread) have none."""
+    from msprof_py.report.timeline import timeline
+
+    profile = msprof_py.load(recorded)
+    *_, store = timeline(profile)
+    names = store["names"]
+    lanes = [lane for lane in store["lanes"] if lane and "c" in lane]
+    assert lanes, "no lane carries call sites"
+    sites = {names[c] for lane in lanes for c in lane["c"]}
+    assert any(s.startswith("model.py:") and s.endswith("(Attn.forward)") for s in sites), sites
+    ops = profile.host_events[profile.host_events["kind"] == "op"]
+    want = {s.rsplit(";", 1)[-1] for s in ops["stack"] if s}
+    assert sites - {""} == want
