@@ -42,6 +42,7 @@ CHECKED = [
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
     ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
     ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
+    ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred
 ]
 #: rules whose gain is per sample, not per step: the measured gain is the step time per
 #: sample before and after, times the old batch (a larger batch makes each step longer)
