@@ -24,6 +24,8 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   and ``Tensor.item()`` and ``Event.elapsed_time`` on npu give their values without the host
   wait (the simulator computes values and event times when the work is queued, so the values
   logged are the same; only the waits go);
+* ``{"dtype": {"from": OLD, "to": NEW}}``: the script's own option for the dtype of its
+  OLD tensors (:data:`DTYPE_OPTIONS`: ``--index-dtype`` for int64) set to NEW;
 * ``{"script_option": [ARGS...]}``: ARGS appended to the script's arguments (an option of the
   script's own that applies the advice; the script must define each ``--option`` it is given).
 """
@@ -160,6 +162,18 @@ def script_option_args(script: str, args: list[str], extra: list[str]) -> list[s
     return [*args, *extra]
 
 
+#: the script option that sets the dtype of a script's tensors of each dtype
+DTYPE_OPTIONS = {"int64": "--index-dtype"}
+
+
+def dtype_args(script: str, args: list[str], change: dict[str, str]) -> list[str]:
+    """``args`` with the script's option for ``change["from"]`` tensors set to ``change["to"]``."""
+    option = DTYPE_OPTIONS.get(change["from"])
+    if option is None:
+        raise SystemExit(f"no script option known for {change['from']} tensors")
+    return script_option_args(script, args, [option, change["to"]])
+
+
 def disable_grad_scaler() -> None:
     """Build every ``torch.amp.GradScaler`` disabled."""
     cls = torch.amp.GradScaler
@@ -188,6 +202,8 @@ def main() -> None:
         args = batch_size_args(script, args, int(recipe["batch_size"]))
     elif recipe.get("sync") == "defer":
         defer_syncs()
+    elif "dtype" in recipe:
+        args = dtype_args(script, args, recipe["dtype"])
     elif "script_option" in recipe:
         args = script_option_args(script, args, [str(a) for a in recipe["script_option"]])
     elif recipe.get("grad_scaler") is False:
