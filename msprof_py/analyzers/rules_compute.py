@@ -252,6 +252,31 @@ def _serial_gain(data: RankData, host_saved: float, device_saved: float) -> tupl
     return host_saved + device_saved - overlap * min(host_saved, device_saved), overlap
 
 
+def launch_floor_ns(data: RankData) -> pd.Series:
+    """Per analysed step (indexed by step number): the time between the last task reaching
+    the device in the step before and in this one (``launch_ns``, the task's arrival). The
+    device cannot finish a step's work faster than its tasks arrive, so a step whose device
+    work shrinks is no shorter than this; where no step came before, the time from the
+    start of the step's device window to its last task's arrival."""
+    steps = data.steps.set_index("step")
+    every = data.all_tasks
+    last = every.groupby("step")["launch_ns"].max().sort_index()
+    floor = last.diff().reindex(steps.index)
+    own = last.reindex(steps.index) - steps["dev_start_ns"]
+    return floor.fillna(own).fillna(0.0).astype("float64").clip(lower=0)
+
+
+def floored_gain_ns(data: RankData, saved_by_step: pd.Series) -> float:
+    """Step time saved (ns, total over the analysed steps) by ``saved_by_step`` ns less device
+    work per step (indexed by step number) when each step stays no shorter than its
+    :func:`launch_floor_ns`: a step whose tasks arrive slower than the device runs them
+    gains only down to the arrival rate."""
+    steps = data.steps.set_index("step")["duration_ns"].astype("float64")
+    saved = saved_by_step.reindex(steps.index).fillna(0.0)
+    after = np.maximum(launch_floor_ns(data), steps - saved)
+    return float(np.clip(steps - np.minimum(after, steps), 0, None).sum())
+
+
 def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:
     """fp32 matmuls and convolutions that autocast would run in fp16/bf16, when the modelled
     step (casts and their dispatch included, :mod:`msprof_py.analyzers.ampplan`) is faster."""
@@ -488,9 +513,15 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     user = (t["source"] == "user").to_numpy()
     by_dtype = (t["to_dtype"] != "").to_numpy()
     vector = recost.aicpu_as_vector_ns(data, t, t["to_dtype"].where(by_dtype, "float32"))
-    modelled = float(np.clip(t["duration_ns"] - vector, 0, None)[by_dtype & user].sum())
+    device_saved = np.clip(t["duration_ns"] - vector, 0, None).where(by_dtype & user, 0.0)
     sched = data.spec.aicpu.launch_overhead_ns
-    heuristic = float(np.clip(t["duration_ns"] - sched, 0, None)[~by_dtype & user].sum())
+    beyond = np.clip(t["duration_ns"] - sched, 0, None).where(~by_dtype & user, 0.0)
+    # device work saved, then the step time it saves: no step gets shorter than its tasks'
+    # arrival rate (with the AI CPU's long tasks gone a step can be bound by the launches)
+    device_modelled = float(device_saved.sum())
+    modelled = floored_gain_ns(data, device_saved.groupby(t["step"]).sum())
+    both = floored_gain_ns(data, (device_saved + beyond).groupby(t["step"]).sum())
+    heuristic = both - modelled
     table = aicpu.table(data)
     table = table[table["op_type"].isin(t["op_type"])]
     users = table[table["source"] == "user"]
@@ -519,6 +550,7 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     }
     evidence = {
         "modelled_gain_us_per_step": us(modelled / n),
+        "device_saved_us_per_step": us(device_modelled / n),
         "heuristic_gain_us_per_step": us(heuristic / n),
         "framework_us_per_step": us(float(t.loc[~user, "duration_ns"].sum()) / n),
         "ops": [
@@ -536,6 +568,11 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in table.head(5).itertuples()
         ],
     }
+    fallbacks = t[by_dtype & user]
+    if len(fallbacks):  # the dtype change of the longest fallback, for the check to apply
+        longest = fallbacks.loc[fallbacks["duration_ns"].idxmax()]
+        old = str(longest["reason"]).removeprefix("dtype ")
+        evidence["apply"] = {"dtype": {"from": old, "to": str(longest["to_dtype"])}}
     finding = spec.fire(values, share, us((modelled + heuristic) / n), data.rank, evidence)
     if heuristic > modelled:
         finding.gain_model = "heuristic"

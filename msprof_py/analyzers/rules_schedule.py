@@ -313,6 +313,7 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
     share = data.share(idle)
     if pts.empty or share < spec.thresholds["min_share"]:
         return spec.ok(data.rank, {"syncs_per_step": len(pts) / n, "idle_share": share})
+    copy = syncs.value_read_copy_ns(data)
     counts = pts["kind"].value_counts()
     kinds = ", ".join(f"{c / n:.0f} {k}" for k, c in counts.items())
     longest = pts.loc[pts["duration_ns"].idxmax()]
@@ -326,9 +327,15 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "time_us": us(idle / n),
         "share": share,
         "where": f"{where} ({us(longest['duration_ns']):.1f} us)",
+        "copy_us": us(copy / n),
     }
-    evidence = {"points": syncs.summary(data).drop(columns="rank").head(5).to_dict("records")}
-    return spec.fire(values, share, values["time_us"], data.rank, evidence)
+    evidence = {
+        "points": syncs.summary(data).drop(columns="rank").head(5).to_dict("records"),
+        "idle_us_per_step": values["time_us"],
+        "value_read_copy_us_per_step": values["copy_us"],
+        "apply": {"sync": "defer"},
+    }
+    return spec.fire(values, share, us((idle + copy) / n), data.rank, evidence)
 
 
 def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:

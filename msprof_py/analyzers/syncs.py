@@ -86,6 +86,19 @@ def script_points(data: RankData) -> pd.DataFrame:
     return pts[pts["kind"] != KINDS[5]]
 
 
+def value_read_copy_ns(data: RankData) -> float:
+    """Device time (ns, total over the analysed steps) of the copies that ``.item()`` value
+    reads made: each read queues a small device-to-host copy of its own, which goes away with
+    the read when it is deferred."""
+    host = data.host
+    reads = host[
+        (host["kind"] == "sync") & (host["name"].astype(str).str.contains("item()", regex=False))
+    ]
+    tasks = data.tasks
+    copies = tasks[(tasks["kind"] == MEMCPY) & tasks["host_op_id"].isin(reads["parent_id"])]
+    return float((copies["end_ns"] - copies["start_ns"]).clip(lower=0).sum())
+
+
 def summary(data: RankData) -> pd.DataFrame:
     """Sync time per kind and name: count, total, mean, max, per step, share of the step."""
     pts = points(data)

@@ -18,7 +18,16 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   ``torch.compile(module, backend=BACKEND)`` (each module compiled once; inner calls and the
   optimizer stay eager, as a user wrapping ``model`` would have it);
 * ``{"batch_size": N}``: the script's own ``--batch-size`` option set to N (a script without
-  one cannot take this recipe).
+  one cannot take this recipe);
+* ``{"sync": "defer"}``: the host stops waiting for the device in the loop, as a script that
+  logs every N steps (or once at the end) does: ``torch.npu.synchronize()`` returns at once,
+  and ``Tensor.item()`` and ``Event.elapsed_time`` on npu give their values without the host
+  wait (the simulator computes values and event times when the work is queued, so the values
+  logged are the same; only the waits go);
+* ``{"dtype": {"from": OLD, "to": NEW}}``: the script's own option for the dtype of its
+  OLD tensors (:data:`DTYPE_OPTIONS`: ``--index-dtype`` for int64) set to NEW;
+* ``{"script_option": [ARGS...]}``: ARGS appended to the script's arguments (an option of the
+  script's own that applies the advice; the script must define each ``--option`` it is given).
 """
 
 from __future__ import annotations
@@ -116,6 +125,55 @@ def apply_compile(backend: str) -> None:
     torch.nn.Module.__call__ = patched_call
 
 
+def defer_syncs() -> None:
+    """Remove the host's waits for the device: ``torch.npu.synchronize`` does nothing, and
+    ``Tensor.item()`` / ``Event.elapsed_time`` on npu read their values without a sync."""
+    import msprof_py.adapter
+    from msprof_py.adapter.tensors import host_view
+
+    if not hasattr(torch, "npu"):
+        msprof_py.adapter.install()
+    item = torch.Tensor.item
+
+    def deferred_item(self: torch.Tensor) -> Any:
+        if self.device.type != "npu":
+            return item(self)
+        return host_view(self).item()
+
+    def elapsed_time(self: Any, end_event: Any) -> float:
+        start, end = self._event.recorded_ns, end_event._event.recorded_ns
+        if start is None or end is None:
+            raise RuntimeError("elapsed_time on an event that was not recorded")
+        return (end - start) / 1e6
+
+    torch.Tensor.item = deferred_item
+    torch.npu.synchronize = lambda device=None: None
+    torch.npu.Event.elapsed_time = elapsed_time
+
+
+def script_option_args(script: str, args: list[str], extra: list[str]) -> list[str]:
+    """``args`` with ``extra`` appended, each ``--option`` of it checked against the script."""
+    with open(script, encoding="utf-8") as f:
+        text = f.read()
+    for opt in extra:
+        name = opt.split("=", 1)[0]
+        if name.startswith("--") and f'"{name}"' not in text:
+            raise SystemExit(f"{script} has no {name} option")
+    return [*args, *extra]
+
+
+#: the script option that sets the dtype of a script's tensors of each dtype
+DTYPE_OPTIONS = {"int64": "--index-dtype"}
+
+
+def dtype_args(script: str, args: list[str], change: dict[str, str]) -> list[str]:
+    """``args`` with the script's option for ``change["from"]`` tensors set to ``change["to"]``."""
+    option = DTYPE_OPTIONS.get(change["from"])
+    if option is None:
+        raise SystemExit(f"no script option known for {change['from']} tensors")
+    return script_option_args(script, args, [option, change["to"]])
+
+
 def disable_grad_scaler() -> None:
     """Build every ``torch.amp.GradScaler`` disabled."""
     cls = torch.amp.GradScaler
@@ -142,6 +200,12 @@ def main() -> None:
         apply_compile(recipe["compile"])
     elif "batch_size" in recipe:
         args = batch_size_args(script, args, int(recipe["batch_size"]))
+    elif recipe.get("sync") == "defer":
+        defer_syncs()
+    elif "dtype" in recipe:
+        args = dtype_args(script, args, recipe["dtype"])
+    elif "script_option" in recipe:
+        args = script_option_args(script, args, [str(a) for a in recipe["script_option"]])
     elif recipe.get("grad_scaler") is False:
         disable_grad_scaler()
     else:

@@ -27,7 +27,9 @@ TOLERANCE = 0.25
 #: the samples' batch sizes, for ``analyze --batch-size`` (their inputs are copied once, so
 #: the analysis cannot read the batch off a per-step input copy)
 SAMPLE_BATCH = {"resnet": 8}
+#: sample argv (a script name under sample_runs/, or an absolute path)
 SAMPLE_ARGV = {
+    "index": [str(Path(__file__).with_name("index_step.py")), "--steps", "4"],
     "resnet": ["train_resnet.py", "--steps", "4"],
     "transformer": ["train_transformer.py", "--steps", "4"],
     "amp-fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
@@ -42,6 +44,8 @@ CHECKED = [
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
     ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
     ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
+    ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred
+    ("index", "aicpu_fallback"),  # its int64 index arithmetic run in int32 (--index-dtype)
 ]
 #: rules whose gain is per sample, not per step: the measured gain is the step time per
 #: sample before and after, times the old batch (a larger batch makes each step longer)

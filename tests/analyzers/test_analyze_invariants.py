@@ -282,6 +282,7 @@ def test_combined_gain_is_bounded_not_summed() -> None:
                 "time_us": 100.0,
                 "share": 0.1,
                 "where": "",
+                "copy_us": 0.0,
             },
             0.1,
             100.0,

@@ -668,3 +668,39 @@ def test_recompile_storm_at_the_limit_says_eager_fallback() -> None:
 def test_recompile_storm_skipped_without_graphs() -> None:
     f = check(dispatch(), "recompile_storm")
     assert f.status == SKIPPED and "graph mode did not run" in f.message
+
+
+def test_sync_in_loop_counts_the_value_reads_copies() -> None:
+    """An ``.item()`` after the sync queues an 8-byte copy (3 us): the gain is the idle time
+    after the syncs plus that copy, which goes with the read when it is deferred."""
+    b = base()
+    b.op("aten::mm", 0, 1000, [dict(start=1000, end=20_000, op_type="MatMul", task_type="AI_CORE")])
+    b.event("sync", "aclrtSynchronizeDevice", 1000, 20_000)
+    item = b.op(
+        "aten::_local_scalar_dense",
+        20_000,
+        24_000,
+        [
+            dict(
+                start=21_000,
+                end=24_000,
+                kind="memcpy",
+                copy_kind="DEVICE_TO_HOST",
+                bytes=8,
+                pinned=False,
+                name="Tensor.item() (aten::_local_scalar_dense) (value)",
+            )
+        ],
+    )
+    b.event(
+        "sync", "Tensor.item() (aten::_local_scalar_dense) (value) (wait)", 20_000, 24_000,
+        parent_id=item,
+    )  # fmt: skip
+    b.op("aten::mm", 40_000, 41_000, [dict(start=41_000, end=STEP, op_type="MatMul")])
+    f = check(b.build(), "sync_in_loop")
+    assert f.status == FIRED, f.message
+    assert f.evidence["value_read_copy_us_per_step"] == pytest.approx(3.0)
+    idle = f.evidence["idle_us_per_step"]
+    assert idle > 0
+    assert f.estimated_gain_us == pytest.approx(idle + 3.0)
+    assert f.evidence["apply"] == {"sync": "defer"}
