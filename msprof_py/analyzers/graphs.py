@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from msprof_py.analyzers import ampplan
 from msprof_py.analyzers.context import RankData
 from msprof_py.profile.graphs import op_graphs, task_graphs
 
@@ -79,6 +80,7 @@ def split(data: RankData) -> dict[str, Any]:
     host_ns = (ops["end_ns"] - ops["start_ns"]).to_numpy(dtype=float)
     device_in, device_out = float(dur[inside].sum()), float(dur[~inside].sum())
     host_in, host_out = float(host_ns[op_in].sum()), float(host_ns[~op_in].sum())
+    host_opt = float(host_ns[~op_in & ampplan.in_optimizer(data, ops)].sum())
 
     def share(part: float, whole: float) -> float:
         return part / whole if whole > 0 else 0.0
@@ -97,6 +99,9 @@ def split(data: RankData) -> dict[str, Any]:
         "eager_host_ns_per_step": host_out / n,
         "graph_host_share": share(host_in, host_in + host_out),
         "eager_ops_per_step": float((~op_in).sum()) / n,
+        # eager host dispatch inside Optimizer.step ranges (what compiling the model leaves)
+        "optimizer_host_ns_per_step": host_opt / n,
+        "optimizer_host_share": share(host_opt, host_out),
     }
 
 

@@ -83,8 +83,14 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if not _compiling_done(split):
         evidence["apply"] = {"compile": "npu"}
     finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
-    finding.advice += compiled_note(data)
+    if not _optimizer_left(split):
+        finding.advice += compiled_note(data)
     return finding
+
+
+def _optimizer_left(split: dict) -> bool:
+    """The model is compiled and the eager dispatch beside it is mostly the optimizer's."""
+    return bool(split["compiled"]) and split["optimizer_host_share"] >= COMPILED_DISPATCH_SHARE
 
 
 #: host dispatch share in compiled graphs above which compiling is no longer proposed
@@ -92,13 +98,22 @@ COMPILED_DISPATCH_SHARE = 0.5
 
 
 def _compiling_done(split: dict) -> bool:
-    """Whether most host time already goes to compiled graphs (compiling more cannot help)."""
-    return bool(split["compiled"]) and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
+    """Whether compiling more cannot help: most host time already goes to compiled graphs, or
+    the eager dispatch left beside them is mostly the optimizer step's (a fused optimizer's
+    job, not the graph's)."""
+    compiled_enough = split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
+    return (bool(split["compiled"]) and compiled_enough) or _optimizer_left(split)
 
 
 def _compile_text(split: dict) -> str:
     """The graph-mode part of the dispatch advice: propose compiling where the dispatch is
     eager; say so where it already runs in graphs (never propose compiling compiled code)."""
+    if _optimizer_left(split):
+        return (
+            "the model already runs in compiled graphs and the eager dispatch left is mostly "
+            f"the optimizer step's ({split['optimizer_host_share']:.0%} of it: fuse it, see "
+            "fused_optimizer), so compiling more does not help; use"
+        )
     if _compiling_done(split):
         return (
             f"most host time already goes to compiled graphs ({split['graph_host_share']:.0%}, "

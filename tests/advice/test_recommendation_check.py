@@ -47,6 +47,10 @@ CHECKED = [
     ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred
     ("index", "aicpu_fallback"),  # its int64 index arithmetic run in int32 (--index-dtype)
 ]
+#: rules whose finding may still fire once applied, for another cause it names: the check is
+#: then that it no longer carries its recipe (compiling the ResNet sample leaves the eager
+#: optimizer step's dispatch, which is fused_optimizer's advice)
+MOVES_ON = {"host_bound_dispatch"}
 #: rules whose gain is per sample, not per step: the measured gain is the step time per
 #: sample before and after, times the old batch (a larger batch makes each step longer)
 PER_SAMPLE = {"low_utilisation"}
@@ -134,4 +138,8 @@ def test_applied_advice_delivers_its_estimated_gain(
         print(f"{sample} {rule}: step at the new batch modelled {modelled:.1f} us, measured "
               f"{after['headline']['mean_step_us']:.1f} us")  # fmt: skip
         assert 1 - TOLERANCE <= after["headline"]["mean_step_us"] / modelled <= 1 + TOLERANCE
-    assert _finding(after, rule)["status"] == "ok"
+    again = _finding(after, rule)
+    if rule in MOVES_ON and again["status"] == "fired":
+        assert "apply" not in again["evidence"], again["advice"]
+    else:
+        assert again["status"] == "ok", again["message"]

@@ -143,3 +143,32 @@ def test_host_bound_graph_dispatch_is_not_told_to_compile() -> None:
     assert f.status == FIRED
     assert "torch.compile" not in f.advice
     assert "already goes to compiled graphs (100%" in f.advice
+
+
+def test_a_compiled_model_whose_optimizer_dispatch_is_left_is_pointed_at_the_optimizer() -> None:
+    """One graph call, then an eager optimizer step issuing short kernels one by one (what the
+    ResNet sample leaves once compiled): compiling again is not proposed, and the recipe is
+    gone; the advice names the optimizer's share."""
+    b = Builder().step(0, 0, 10)
+    b.graph_plan("graph0_forward", kernels=1, code="f (a.py:1)", compiles=1)
+    b.graph_call("graph0_forward", 0, 11_000, [{"start": 11_000, "end": 14_000, "name": "add"}])
+    t = 13_000
+    start = t
+    for _ in range(8):  # 8 eager ops of 11 us in Optimizer.step: 88 of the 99 us eager host
+        b.op("aten::add_", t, t + 11_000, [{"start": t + 11_000, "end": t + 14_000}])
+        t += 13_000
+    b.event("annotation", "Optimizer.step#SGD.step", start, t)
+    b.op("aten::add", t, t + 11_000, [{"start": t + 11_000, "end": t + 14_000}])
+    t += 13_000
+    b.steps[0]["end_ns"] = t + 1000
+    data = context.prepare(b.build(), 0, warmup=0)
+    split = graphs.split(data)
+    assert split["optimizer_host_ns_per_step"] == 88_000
+    assert split["optimizer_host_share"] == 88 / 99
+    f = engine.run_rule("host_bound_dispatch", RuleContext(data, {0: data}))
+    assert f.status == FIRED
+    assert "torch.compile" not in f.advice and "apply" not in f.evidence
+    assert "mostly the optimizer step's (89% of it" in f.advice
+    assert "compiling that code too" not in f.advice
+    plain = run(dispatch(False), "host_bound_dispatch")  # eager: the recipe is there
+    assert plain.evidence["apply"] == {"compile": "npu"}
