@@ -209,16 +209,23 @@ def collective_op(name: str) -> str:
     return ""
 
 
-def _kernel_tasks(kd: CsvTable) -> pd.DataFrame:
-    """The tasks of kernel_details.csv (absolute times)."""
-    start = kd.ns("Start Time(us)")
-    dur = kd.ns("Duration(us)")
+def kernel_tasks(kd: CsvTable, names: dict[str, str] | None = None) -> pd.DataFrame:
+    """The tasks of kernel_details.csv (absolute times). ``names``: the file's header names
+    of kernel_details' columns where they differ (CANN's op_summary: ``Task Start Time(us)``
+    for ``Start Time(us)`` ...)."""
+    names = names or {}
+
+    def c(column: str) -> str:
+        return names.get(column, column)
+
+    start = kd.ns(c("Start Time(us)"))
+    dur = kd.ns(c("Duration(us)"))
     if (dur < 0).any():
         row = int(np.flatnonzero(dur < 0)[0]) + 2
-        raise ProfileError(f"{kd.path} row {row} column 'Duration(us)': negative duration")
-    core = kd.text("Accelerator Core")
-    op_type = kd.text("Type")
-    name = kd.text("Name")
+        raise ProfileError(f"{kd.path} row {row} column {c('Duration(us)')!r}: negative duration")
+    core = kd.text(c("Accelerator Core"))
+    op_type = kd.text(c("Type"))
+    name = kd.text(c("Name"))
     coll = core.str.upper().isin(_COLLECTIVE_CORES) | op_type.str.lower().str.startswith("hcom")
     coll = coll.to_numpy()
     block = kd.integer("Block Dim" if kd.has("Block Dim") else "Block Num")
@@ -233,7 +240,7 @@ def _kernel_tasks(kd: CsvTable) -> pd.DataFrame:
             "block_dim": block,
             "start_ns": start,
             "end_ns": start + dur,
-            "wait_ns": kd.ns("Wait Time(us)"),
+            "wait_ns": kd.ns(c("Wait Time(us)")),
             "input_shapes": kd.text("Input Shapes"),
             "input_dtypes": _torch_dtypes(kd.text("Input Data Types")),
             "input_formats": kd.text("Input Formats"),
@@ -276,7 +283,13 @@ def _hardware_kind(name: str, task_type: str) -> str:
 def _hardware_tasks(tv: TraceView, with_kernels: bool) -> pd.DataFrame:
     """Tasks from the Ascend Hardware events: copies, memsets and event tasks (and kernels and
     collectives when ``with_kernels``: no kernel_details.csv)."""
-    hw = tv.hardware
+    return hardware_tasks(tv.hardware, with_kernels)
+
+
+def hardware_tasks(hw: pd.DataFrame, with_kernels: bool) -> pd.DataFrame:
+    """Tasks from device task rows (:attr:`TraceView.hardware`'s columns: name, start, dur,
+    stream, task_type, size, operation): copies, memsets and event tasks, and kernels and
+    collectives when ``with_kernels``."""
     if hw.empty:
         return pd.DataFrame()
     kind = np.array(
@@ -722,7 +735,7 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
 
     pieces = []
     if kd is not None:
-        pieces.append(_kernel_tasks(kd))
+        pieces.append(kernel_tasks(kd))
     if tv is not None:
         pieces.append(_hardware_tasks(tv, with_kernels=kd is None))
     pieces = [p for p in pieces if len(p)]
