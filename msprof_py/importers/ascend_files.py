@@ -191,11 +191,15 @@ def read_json(path: Path, what: str) -> Any:
     except OSError as exc:
         raise ProfileError(f"{path} cannot be read ({exc.strerror or exc})") from None
     try:
-        return json.loads(raw.decode("utf-8-sig"), parse_float=str)
+        text = raw.decode("utf-8-sig")
+        return json.loads(text, parse_float=str)
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{path} is not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        cut = exc.pos >= len(raw.rstrip()) - 1
+        # the document ends where the parser stopped, or inside a string never closed
+        cut = exc.pos >= len(text.rstrip()) - 1 or (
+            exc.msg.startswith("Unterminated string") and '"' not in text[exc.pos + 1 :]
+        )
         why = "cut short" if cut else f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         raise ProfileError(f"{path} is not valid JSON ({why}): a damaged {what}") from None
     except RecursionError:
