@@ -80,7 +80,8 @@ def _dims(value: Any) -> str:
 def read_trace(path: Path) -> TraceView:
     """The events of the trace at ``path`` (see module docs); damaged content is a one-line
     :class:`ProfileError` naming the event."""
-    what = "msprof timeline (msprof_*.json)" if path.name.startswith("msprof") else "trace_view.json"
+    msprof = path.name.startswith("msprof")
+    what = "msprof timeline (msprof_*.json)" if msprof else "trace_view.json"
     events = read_json(path, what)
     if isinstance(events, dict) and isinstance(events.get("traceEvents"), list):
         events = events["traceEvents"]
