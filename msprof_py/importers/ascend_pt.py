@@ -146,7 +146,7 @@ def _meta(folder: Path, info: dict[str, Any], rank: int, base_ns: int) -> dict[s
         "source": str(folder),
         "status": "complete",
         "rank": rank,
-        "world_size": _whole(info.get("world_size"), 1) or 1,
+        "world_size": whole_number(info.get("world_size"), 1) or 1,
         "device": device_preset(soc, str(info.get("device") or "")),
         "soc_version": soc,
         "run_dir": folder.name,
@@ -158,8 +158,8 @@ def _meta(folder: Path, info: dict[str, Any], rank: int, base_ns: int) -> dict[s
         start = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=base_ns // 1000)
         meta["start_time"] = start.isoformat(timespec="milliseconds")
     for key, field in (("ai_core_num", "ai_core_num"), ("aiv_num", "aiv_num")):
-        if _whole(dev.get(field), 0):
-            meta[key] = _whole(dev.get(field), 0)
+        if whole_number(dev.get(field), 0):
+            meta[key] = whole_number(dev.get(field), 0)
     try:
         if dev.get("aic_frequency"):
             meta["aic_frequency_mhz"] = float(dev["aic_frequency"])
@@ -171,7 +171,7 @@ def _meta(folder: Path, info: dict[str, Any], rank: int, base_ns: int) -> dict[s
     return meta
 
 
-def _whole(value: Any, default: int) -> int:
+def whole_number(value: Any, default: int) -> int:
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
@@ -328,7 +328,7 @@ def hardware_tasks(hw: pd.DataFrame, with_kernels: bool) -> pd.DataFrame:
     )
 
 
-def _fill_waits(tasks: pd.DataFrame) -> None:
+def fill_waits(tasks: pd.DataFrame) -> None:
     """``wait_ns`` of the tasks no file gives it (trace tasks): the gap since the previous task
     on the stream ended (in place)."""
     if "wait_ns" not in tasks:
@@ -351,7 +351,7 @@ def _python_end(start: pd.Series, dur: pd.Series) -> np.ndarray:
     return start.to_numpy(dtype=np.int64) + np.where(d > 0, d + 1, d)
 
 
-def _steps(tv: TraceView | None) -> pd.DataFrame:
+def step_rows(tv: TraceView | None) -> pd.DataFrame:
     if tv is None or tv.cpu_ops.empty:
         return pd.DataFrame()
     ops = tv.cpu_ops
@@ -382,7 +382,7 @@ def _steps(tv: TraceView | None) -> pd.DataFrame:
     return steps
 
 
-def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
+def step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     """The step whose host range holds each time (-1 outside every step)."""
     out = np.full(len(times), -1, dtype=np.int64)
     if steps.empty or not len(times):
@@ -396,7 +396,7 @@ def _step_of(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _host_events(tv: TraceView, flow_sources: set[tuple[int, int]]) -> pd.DataFrame:
+def host_event_rows(tv: TraceView, flow_sources: set[tuple[int, int]]) -> pd.DataFrame:
     """Host events of the trace (absolute times), ordered by start, enclosing spans first."""
     frames = []
     ops = tv.cpu_ops[~tv.cpu_ops["name"].str.startswith(STEP_PREFIX)]
@@ -481,7 +481,7 @@ def _innermost_op(ops: pd.DataFrame, thread: int, time: int) -> int:
     return int(cand.loc[(cand["end_ns"] - cand["start_ns"]).idxmin(), "event_id"])
 
 
-def _link(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
+def link_tasks(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
     """Set tasks' ``host_op_id``/``launch_ns`` and launches' ``task_id``/``parent_id`` (in
     place) from the torch_to_npu flows and the launches' connection ids."""
     tasks["host_op_id"] = -1
@@ -741,7 +741,7 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
     pieces = [p for p in pieces if len(p)]
     tasks = pd.concat(pieces, ignore_index=True) if pieces else pd.DataFrame()
     if len(tasks):
-        _fill_waits(tasks)
+        fill_waits(tasks)
 
     firsts = tv.times() if tv is not None else []
     if len(tasks):
@@ -749,13 +749,13 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
     if mr is not None and len(mr.frame):
         firsts.append(int(mr.ns("Timestamp(us)").min()))
     first = min(firsts) if firsts else 0
-    begin = _whole((info.get("start_info") or {}).get("collectionTimeBegin"), -1)
+    begin = whole_number((info.get("start_info") or {}).get("collectionTimeBegin"), -1)
     base = begin if 0 <= first - begin <= _BASE_SLACK_NS else first
 
     tables: dict[str, pd.DataFrame] = {}
-    steps = _steps(tv)
+    steps = step_rows(tv)
     host = (
-        _host_events(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
+        host_event_rows(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
         if tv
         else pd.DataFrame()
     )
@@ -770,30 +770,30 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
         for column in ("copy_kind", "collective", "algorithm"):
             tasks[column] = tasks[column].fillna("") if column in tasks else ""
         if tv is not None:
-            _link(tasks, host, tv)
+            link_tasks(tasks, host, tv)
             _rename_tasks(tasks, host)
             if tv.algorithms:
                 tasks["algorithm"] = tasks["kernel_name"].map(tv.algorithms).fillna("")
         else:
             tasks["launch_ns"] = tasks["start_ns"]
             tasks["host_op_id"] = -1
-        world = _whole(info.get("world_size"), 1) or 1
+        world = whole_number(info.get("world_size"), 1) or 1
         tasks["world_size"] = np.where(tasks["kind"] == "collective", world, 0)
         if (out / "communication.json").is_file():
             _communication(out / "communication.json", tasks, world)
     # step of tasks kernel_details gives none: their op's, else by launch time
     if len(host):
-        host["step"] = _step_of(host["start_ns"].to_numpy(dtype=np.int64), steps)
+        host["step"] = step_of(host["start_ns"].to_numpy(dtype=np.int64), steps)
     if len(tasks) and (tasks["step"] < 0).any() and len(steps):
         no_step = (tasks["step"] < 0).to_numpy()
         by_op = tasks["host_op_id"].map(host.set_index("event_id")["step"]) if len(host) else None
-        guess = _step_of(tasks["launch_ns"].to_numpy(dtype=np.int64), steps)
+        guess = step_of(tasks["launch_ns"].to_numpy(dtype=np.int64), steps)
         if by_op is not None:
             guess = np.where(by_op.notna(), by_op.fillna(-1).to_numpy(dtype=np.int64), guess)
         tasks.loc[no_step, "step"] = guess[no_step]
     memory = _memory(mr, om) if mr is not None else pd.DataFrame()
     if len(memory):
-        memory["step"] = _step_of(memory["time_ns"].to_numpy(dtype=np.int64), steps)
+        memory["step"] = step_of(memory["time_ns"].to_numpy(dtype=np.int64), steps)
 
     for frame, columns in (
         (tasks, ("start_ns", "end_ns", "launch_ns")),
@@ -808,7 +808,7 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
         memory["time_ns"] = memory["time_ns"].clip(lower=0)
         memory.loc[memory["step"] >= 0, "step"] = memory["step"]
     tables = {"tasks": tasks, "host_events": host, "steps": steps, "memory": memory}
-    rank = named_rank if named_rank is not None else _whole(info.get("rank_id"), 0)
+    rank = named_rank if named_rank is not None else whole_number(info.get("rank_id"), 0)
     if rank < 0:
         rank = 0
     meta = _meta(folder, info, rank, base)

@@ -35,16 +35,16 @@ import pandas as pd
 from msprof_py.exporters.csv_tables import KERNEL_DETAILS_RENAME
 from msprof_py.importers.ascend_files import CsvTable, read_csv, read_json
 from msprof_py.importers.ascend_pt import (
-    _fill_waits,
-    _host_events,
-    _link,
-    _step_of,
-    _steps,
-    _whole,
     device_preset,
+    fill_waits,
     hardware_tasks,
+    host_event_rows,
     kernel_tasks,
+    link_tasks,
     rank_folders,
+    step_of,
+    step_rows,
+    whole_number,
 )
 from msprof_py.importers.ascend_trace import TraceView, read_trace
 from msprof_py.profile import ProfileError
@@ -120,15 +120,15 @@ def _meta(folder: Path, info: dict[str, Any], rank: int) -> dict[str, Any]:
         "device": device_preset(soc),
         "soc_version": soc,
         "run_dir": folder.name,
-        "device_id": _whole(dev.get("id", info.get("devices")), 0),
+        "device_id": whole_number(dev.get("id", info.get("devices")), 0),
     }
     if info.get("hostname"):
         meta["hostname"] = str(info["hostname"])
-    if _whole(info.get("pid"), 0):
-        meta["pid"] = _whole(info.get("pid"), 0)
+    if whole_number(info.get("pid"), 0):
+        meta["pid"] = whole_number(info.get("pid"), 0)
     for key in ("ai_core_num", "aiv_num"):
-        if _whole(dev.get(key), 0):
-            meta[key] = _whole(dev.get(key), 0)
+        if whole_number(dev.get(key), 0):
+            meta[key] = whole_number(dev.get(key), 0)
     try:
         if dev.get("aic_frequency"):
             meta["aic_frequency_mhz"] = float(dev["aic_frequency"])
@@ -274,16 +274,16 @@ def read_prof(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
     if len(tasks):
         tasks = tasks.drop(columns=["task_no"], errors="ignore")
         tasks["order"] = np.arange(len(tasks))
-        _fill_waits(tasks)
+        fill_waits(tasks)
 
     firsts = tv.times() if tv is not None else []
     if len(tasks):
         firsts.append(int(tasks["start_ns"].min()))
     base = min(firsts) if firsts else 0
 
-    steps = _steps(tv)
+    steps = step_rows(tv)
     host = (
-        _host_events(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
+        host_event_rows(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
         if tv
         else pd.DataFrame()
     )
@@ -298,7 +298,7 @@ def read_prof(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
             tasks[column] = tasks[column].fillna("") if column in tasks else ""
         tasks["step"] = -1
         if tv is not None:
-            _link(tasks, host, tv)
+            link_tasks(tasks, host, tv)
             if tv.algorithms:
                 tasks["algorithm"] = tasks["kernel_name"].map(tv.algorithms).fillna("")
         else:
@@ -306,13 +306,13 @@ def read_prof(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
             tasks["host_op_id"] = -1
         tasks["world_size"] = np.where(tasks["kind"] == "collective", 1, 0)
         if len(steps):
-            tasks["step"] = _step_of(tasks["launch_ns"].to_numpy(dtype=np.int64), steps)
+            tasks["step"] = step_of(tasks["launch_ns"].to_numpy(dtype=np.int64), steps)
         else:
             iterations = _iterations(step_trace)
-            tasks["step"] = _step_of(tasks["start_ns"].to_numpy(dtype=np.int64), iterations)
+            tasks["step"] = step_of(tasks["start_ns"].to_numpy(dtype=np.int64), iterations)
     if len(host):
         if len(steps):
-            host["step"] = _step_of(host["start_ns"].to_numpy(dtype=np.int64), steps)
+            host["step"] = step_of(host["start_ns"].to_numpy(dtype=np.int64), steps)
         elif len(tasks):  # a launch is in its task's step
             of_task = host["task_id"].map(tasks.set_index("task_id")["step"])
             host["step"] = of_task.fillna(-1).astype(np.int64)
@@ -325,7 +325,7 @@ def read_prof(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
         if len(frame):
             for column in columns:
                 frame[column] = frame[column].astype(np.int64) - base
-    rank = _whole(info.get("rank_id"), -1)
+    rank = whole_number(info.get("rank_id"), -1)
     meta = _meta(folder, info, 0)
     if rank < 0:
         rank = meta["device_id"] if meta["device_id"] >= 0 else 0
