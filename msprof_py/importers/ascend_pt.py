@@ -172,6 +172,7 @@ def _meta(folder: Path, info: dict[str, Any], rank: int, base_ns: int) -> dict[s
 
 
 def whole_number(value: Any, default: int) -> int:
+    """``value`` as an integer (a CSV cell, a JSON field), or ``default`` when it is none."""
     try:
         return int(str(value).strip())
     except (TypeError, ValueError):
@@ -352,6 +353,7 @@ def _python_end(start: pd.Series, dur: pd.Series) -> np.ndarray:
 
 
 def step_rows(tv: TraceView | None) -> pd.DataFrame:
+    """The steps table from the trace's ``ProfilerStep#N`` ranges (empty without them)."""
     if tv is None or tv.cpu_ops.empty:
         return pd.DataFrame()
     ops = tv.cpu_ops
