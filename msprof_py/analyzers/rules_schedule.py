@@ -7,12 +7,14 @@ it raises :class:`Skip` naming the data it lacks.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import batchscale, compute, copies, graphs, memory, syncs, timeline
 from msprof_py.analyzers import ops as ops_table
+from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
 from msprof_py.analyzers.rules_compute import (
@@ -22,7 +24,7 @@ from msprof_py.analyzers.rules_compute import (
     need_tasks,
     us,
 )
-from msprof_py.device import costmodel
+from msprof_py.device import costmodel, dvpp
 from msprof_py.device.records import CopyKind
 
 GIB = 1024**3
@@ -462,4 +464,46 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
     slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
     if share < spec.thresholds["min_share"] and not slow:
         return spec.ok(data.rank, values)
-    return spec.fire(values, share, values["time_us"], data.rank)
+    evidence = image_batches(data)
+    finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
+    finding.advice += _dvpp_advice(evidence)
+    return finding
+
+
+def image_batches(data: RankData) -> dict[str, Any]:
+    """What the host-to-device copies say about the batches: the most copied 4-D shape with 1
+    or 3 channels and sides of at least 32 (an image batch, N x C x H x W), whether DVPP tasks
+    ran, and whether the device has DVPP engines."""
+    t = data.tasks
+    h2d = t[(t["kind"] == "memcpy") & (t["copy_kind"] == "HOST_TO_DEVICE")]
+    shapes = h2d["output_shapes"].astype(str)
+    counts = shapes[shapes != ""].value_counts()
+    image = ""
+    for shape in counts.index:
+        dims = [int(d) for d in str(shape).split(";")[0].split(",") if d.strip().isdigit()]
+        if len(dims) == 4 and dims[1] in (1, 3) and min(dims[2:]) >= 32:
+            image = "x".join(map(str, dims))
+            break
+    engines = dvpp.dvpp_spec(data.spec) if data.spec is not None else dvpp.DvppSpec()
+    return {
+        "image_batch": image,
+        "dvpp_tasks": int((data.all_tasks["kind"] == "dvpp").sum()),
+        "device_has_dvpp": bool(engines.jpegd or engines.has_vpc),
+    }
+
+
+def _dvpp_advice(evidence: dict[str, Any]) -> str:
+    """Where the batches are images and the loader does not use DVPP: say it can."""
+    if not evidence["image_batch"] or evidence["dvpp_tasks"]:
+        return ""
+    if not evidence["device_has_dvpp"]:
+        return (
+            f" The batches are images ({evidence['image_batch']}), but this device has no "
+            "DVPP decoder modelled: decoding stays on the host."
+        )
+    return (
+        f" The batches are images ({evidence['image_batch']}): decoding and resize/crop can "
+        "run on the device's DVPP engines instead of the loader's CPU (import torchvision_npu; "
+        'torchvision_npu.set_image_backend("npu"); decode_jpeg(data, device="npu") and '
+        "torchvision_npu.transforms)."
+    )

@@ -704,3 +704,29 @@ def test_sync_in_loop_counts_the_value_reads_copies() -> None:
     assert idle > 0
     assert f.estimated_gain_us == pytest.approx(idle + 3.0)
     assert f.evidence["apply"] == {"sync": "defer"}
+
+
+def _image_loader(device: str = "ascend910b", shape: str = "8,3,224,224", dvpp: bool = False):
+    b = base(host_time="measured", device=device)
+    b.event(
+        "annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 40_000
+    )
+    b.task(40_000, 41_000, kind="memcpy", task_type="DMA", copy_kind="HOST_TO_DEVICE",
+           op_type="MEMCPY_H2D", output_shapes=shape, input_shapes=shape)  # fmt: skip
+    if dvpp:
+        b.task(0, 1000, kind="dvpp", task_type="DVPP", op_type="JPEGD")
+    busy(b, 41_000, STEP)
+    return b.build()
+
+
+def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
+    f = check(_image_loader(), "slow_dataloader")
+    assert f.status == FIRED
+    assert f.evidence["image_batch"] == "8x3x224x224" and f.evidence["device_has_dvpp"]
+    assert 'torchvision_npu.set_image_backend("npu")' in f.advice
+    # not an image batch (2-D features), DVPP already used, or no DVPP on the chip
+    assert "DVPP" not in check(_image_loader(shape="8,1024"), "slow_dataloader").advice
+    assert "DVPP" not in check(_image_loader(dvpp=True), "slow_dataloader").advice
+    on_910a = check(_image_loader(device="ascend910a"), "slow_dataloader")
+    assert "no DVPP decoder modelled" in on_910a.advice
+    assert "set_image_backend" not in on_910a.advice
