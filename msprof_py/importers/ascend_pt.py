@@ -329,6 +329,27 @@ def hardware_tasks(hw: pd.DataFrame, with_kernels: bool) -> pd.DataFrame:
     )
 
 
+def trace_host(tv: TraceView | None) -> pd.DataFrame:
+    """The trace's host events (empty without a trace)."""
+    if tv is None:
+        return pd.DataFrame()
+    return host_event_rows(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
+
+
+def ordered_tasks(tasks: pd.DataFrame) -> pd.DataFrame:
+    """``tasks`` in start order, numbered (``task_id``), with the columns some sources lack
+    at their neutral values (bytes, notify wait, launch time, copy kind, collective ...)."""
+    tasks = tasks.sort_values(["start_ns", "order"], kind="stable").reset_index(drop=True)
+    tasks["task_id"] = np.arange(len(tasks), dtype=np.int64)
+    for column in ("bytes", "notify_wait_ns", "launch_ns"):
+        if column not in tasks:
+            tasks[column] = 0
+    tasks["bytes"] = tasks["bytes"].fillna(0).astype(np.int64)
+    for column in ("copy_kind", "collective", "algorithm"):
+        tasks[column] = tasks[column].fillna("") if column in tasks else ""
+    return tasks
+
+
 def fill_waits(tasks: pd.DataFrame) -> None:
     """``wait_ns`` of the tasks no file gives it (trace tasks): the gap since the previous task
     on the stream ended (in place)."""
@@ -756,21 +777,10 @@ def read_rank(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
 
     tables: dict[str, pd.DataFrame] = {}
     steps = step_rows(tv)
-    host = (
-        host_event_rows(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
-        if tv
-        else pd.DataFrame()
-    )
+    host = trace_host(tv)
     if len(tasks):
-        tasks = tasks.sort_values(["start_ns", "order"], kind="stable").reset_index(drop=True)
-        tasks["task_id"] = np.arange(len(tasks), dtype=np.int64)
-        for column in ("bytes", "notify_wait_ns", "launch_ns"):
-            if column not in tasks:
-                tasks[column] = 0
-        tasks["bytes"] = tasks["bytes"].fillna(0).astype(np.int64)
+        tasks = ordered_tasks(tasks)
         tasks["step"] = tasks["step"].fillna(-1).astype(np.int64)
-        for column in ("copy_kind", "collective", "algorithm"):
-            tasks[column] = tasks[column].fillna("") if column in tasks else ""
         if tv is not None:
             link_tasks(tasks, host, tv)
             _rename_tasks(tasks, host)

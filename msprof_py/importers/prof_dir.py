@@ -38,12 +38,13 @@ from msprof_py.importers.ascend_pt import (
     device_preset,
     fill_waits,
     hardware_tasks,
-    host_event_rows,
     kernel_tasks,
     link_tasks,
+    ordered_tasks,
     rank_folders,
     step_of,
     step_rows,
+    trace_host,
     whole_number,
 )
 from msprof_py.importers.ascend_trace import TraceView, read_trace
@@ -282,20 +283,9 @@ def read_prof(folder: Path) -> tuple[int, dict[str, Any], dict[str, pd.DataFrame
     base = min(firsts) if firsts else 0
 
     steps = step_rows(tv)
-    host = (
-        host_event_rows(tv, set(zip(tv.flows["s_tid"], tv.flows["s_ts"], strict=True)))
-        if tv
-        else pd.DataFrame()
-    )
+    host = trace_host(tv)
     if len(tasks):
-        tasks = tasks.sort_values(["start_ns", "order"], kind="stable").reset_index(drop=True)
-        tasks["task_id"] = np.arange(len(tasks), dtype=np.int64)
-        for column in ("bytes", "notify_wait_ns", "launch_ns"):
-            if column not in tasks:
-                tasks[column] = 0
-        tasks["bytes"] = tasks["bytes"].fillna(0).astype(np.int64)
-        for column in ("copy_kind", "collective", "algorithm"):
-            tasks[column] = tasks[column].fillna("") if column in tasks else ""
+        tasks = ordered_tasks(tasks)
         tasks["step"] = -1
         if tv is not None:
             link_tasks(tasks, host, tv)
