@@ -25,14 +25,23 @@ def _text(series: pd.Series) -> np.ndarray:
     return series.astype(object).fillna("").astype(str).to_numpy()
 
 
+def _nesting_order(ops: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """``ops`` by thread, start and longest first (an enclosing op before what it calls):
+    the order, and thread, start and end in it."""
+    order = np.lexsort((-ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"]))
+    return (
+        order,
+        ops["thread"].to_numpy()[order],
+        ops["start_ns"].to_numpy()[order],
+        ops["end_ns"].to_numpy()[order],
+    )
+
+
 def leaf_mask(ops: pd.DataFrame) -> np.ndarray:
     """True for the host ops of ``ops`` that contain no other op of their thread."""
     if ops.empty:
         return np.zeros(0, dtype=bool)
-    order = np.lexsort((-ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"]))
-    thread = ops["thread"].to_numpy()[order]
-    start = ops["start_ns"].to_numpy()[order]
-    end = ops["end_ns"].to_numpy()[order]
+    order, thread, start, end = _nesting_order(ops)
     nested_next = np.zeros(len(order), dtype=bool)
     nested_next[:-1] = (thread[1:] == thread[:-1]) & (start[1:] < end[:-1])
     leaf = np.empty(len(order), dtype=bool)
@@ -48,10 +57,7 @@ def projection_mask(ops: pd.DataFrame, names: frozenset[str]) -> np.ndarray:
         return leaf_mask(ops)
     if ops.empty:
         return np.zeros(0, dtype=bool)
-    order = np.lexsort((-ops["end_ns"].to_numpy(), ops["start_ns"].to_numpy(), ops["thread"]))
-    thread = ops["thread"].to_numpy()[order]
-    start = ops["start_ns"].to_numpy()[order]
-    end = ops["end_ns"].to_numpy()[order]
+    order, thread, start, end = _nesting_order(ops)
     named = np.isin(_text(ops["name"])[order], list(names))
     leaf = leaf_mask(ops)[order]
     keep = np.zeros(len(order), dtype=bool)

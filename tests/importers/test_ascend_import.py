@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from export_helpers import rich_profile  # the exporters' hand-made profiles (conftest)
-from import_helpers import without_raw
+from import_helpers import one_line_error, without_raw
 
 import msprof_py
 from msprof_py.cli import cli
@@ -293,26 +293,17 @@ def test_cli_analyze_on_a_real_layout_folder(tmp_path: Path) -> None:
 # ---- damaged files -----------------------------------------------------------------------
 
 
-def _one_line_error(path: Path) -> str:
-    result = CliRunner().invoke(cli, ["analyze", str(path)])
-    assert result.exit_code != 0
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
-
-
 def test_a_garbled_header_is_one_line_naming_the_file(tmp_path: Path) -> None:
     run = write_real(tmp_path, ())
     (run / OUT / "kernel_details.csv").write_text("Nm;Tp;x\n1;2;3\n", encoding="utf-8")
-    line = _one_line_error(run)
+    line = one_line_error(run)
     assert "kernel_details.csv" in line and "'Name'" in line
 
 
 def test_a_bad_number_names_its_row_and_column(tmp_path: Path) -> None:
     bad = MATMUL_ROW.replace(",185.504,", ",18x.5,")
     run = write_real(tmp_path, (HCCL_ROW, bad))
-    line = _one_line_error(run)
+    line = one_line_error(run)
     assert "kernel_details.csv row 3 column 'Duration(us)'" in line and "18x.5" in line
 
 
@@ -321,7 +312,7 @@ def test_a_truncated_trace_is_one_line(tmp_path: Path) -> None:
     trace = run / OUT / "trace_view.json"
     text = trace.read_text(encoding="utf-8")
     trace.write_text(text[: len(text) // 2], encoding="utf-8")
-    line = _one_line_error(run)
+    line = one_line_error(run)
     assert "trace_view.json is not valid JSON (cut short)" in line
 
 

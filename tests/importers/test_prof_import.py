@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from import_helpers import one_line_error
 
 import msprof_py
 from msprof_py.cli import cli
@@ -222,31 +223,22 @@ def test_published_quirks_read_to_hand_computed_values(tmp_path: Path) -> None:
 # ---- damaged files -----------------------------------------------------------------------
 
 
-def _one_line_error(path: Path) -> str:
-    result = CliRunner().invoke(cli, ["analyze", str(path)])
-    assert result.exit_code != 0
-    assert "Traceback" not in result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
-
-
 def test_a_bad_number_names_the_file_row_and_column(tmp_path: Path) -> None:
     prof = write_prof(tmp_path, (HCCL, MATMUL.replace(",185.504,", ",18x.5,")))
-    line = _one_line_error(prof)
+    line = one_line_error(prof)
     assert f"op_summary_{TS}.csv row 3 column 'Task Duration(us)'" in line and "18x.5" in line
 
 
 def test_a_bad_task_time_row_names_the_file(tmp_path: Path) -> None:
     prof = write_prof(tmp_path, tt_rows=(TT_ROWS[0].replace(",2,61650,", ",two,61650,"),))
-    line = _one_line_error(prof)
+    line = one_line_error(prof)
     assert f"task_time_{TS}.csv row 2 column 'stream_id'" in line
 
 
 def test_a_garbled_header_names_the_file(tmp_path: Path) -> None:
     prof = write_prof(tmp_path)
     (prof / MSO / f"op_summary_{TS}.csv").write_text("Nm;Tp\n1;2\n", encoding="utf-8")
-    line = _one_line_error(prof)
+    line = one_line_error(prof)
     assert f"op_summary_{TS}.csv" in line and "'Op Name'" in line
 
 
@@ -256,7 +248,7 @@ def test_a_truncated_msprof_json_is_one_line(prof: Path, tmp_path: Path) -> None
     (trace,) = (copy / MSO).glob("msprof_*.json")
     text = trace.read_text(encoding="utf-8")
     trace.write_text(text[: len(text) // 2], encoding="utf-8")
-    line = _one_line_error(copy)
+    line = one_line_error(copy)
     assert trace.name in line and "not valid JSON (cut short)" in line
 
 
