@@ -34,24 +34,29 @@ Pattern fusion (``fuse=True``), in this order:
    ``convolution`` reading that ReLU -> one MIX kernel (``BNTrainingUpdateReluV2Conv2D``;
    without the convolution a vector ``BNTrainingUpdateReluV2``). Statistics and the ReLU
    output are written out (the backward needs them); the convolution reads its input from UB.
-3. ``FlashAttentionFusionPass`` (:mod:`.attention`): ``bmm(Q, K^T)`` -> scale / mask add /
+3. ``BNTrainingUpdateGradReluGradV2FusionPass`` (:mod:`.bn_grad`, training backward): a
+   ``threshold_backward`` (ReluGrad) read only by the ``native_batch_norm_backward`` it feeds
+   -> one vector ``BNTrainingUpdateGradReluGradV2``: one launch fewer, the masked gradient's
+   HBM write and read gone. Needs ``train=True``, threshold 0, shapes that chain; misses are
+   recorded ("threshold_backward's output is also read by ...").
+4. ``FlashAttentionFusionPass`` (:mod:`.attention`): ``bmm(Q, K^T)`` -> scale / mask add /
    casts -> softmax (``_softmax``, ``_safe_softmax`` or decomposed) -> dropout / cast ->
    ``bmm(P, V)`` -> one ``FlashAttentionScore`` costed by
    :func:`msprof_py.device.attention.flash_attention_cost`. Needs an A2/A3 chip, fp16 / bf16
    / fp32, a last-axis softmax.
-4. ``FlashAttentionGradFusionPass`` (:mod:`.attention`): ``bmm(dO, V^T)`` -> dropout
+5. ``FlashAttentionGradFusionPass`` (:mod:`.attention`): ``bmm(dO, V^T)`` -> dropout
    backward -> ``_softmax_backward_data`` -> scale -> the dQ and dK matmuls, with the dV
    matmul -> one ``FlashAttentionScoreGrad``. Same preconditions.
-5. ``LayerNormFusionPass`` (:mod:`.chains`): the decomposed mean / sub / pow / mean / add /
+6. ``LayerNormFusionPass`` (:mod:`.chains`): the decomposed mean / sub / pow / mean / add /
    rsqrt (or sqrt + div) / mul (/ mul weight / add bias) chain -> one ``LayerNorm``; skipped
    for dynamic graphs (miss recorded). ``native_layer_norm`` is already one kernel.
-6. ``RMSNormFusionPass`` (:mod:`.chains`): pow / mean / add / rsqrt / mul (/ mul weight) ->
+7. ``RMSNormFusionPass`` (:mod:`.chains`): pow / mean / add / rsqrt / mul (/ mul weight) ->
    one ``RmsNorm``.
-7. ``MatMulEpilogueFusionPass`` (:mod:`.matmul`): ``mm`` / ``addmm`` / ``bmm`` ->
+8. ``MatMulEpilogueFusionPass`` (:mod:`.matmul`): ``mm`` / ``addmm`` / ``bmm`` ->
    bias ``add`` -> activation (relu, gelu, silu, sigmoid, tanh ... or a decomposed GELU)
    -> one ``MatMul`` / ``BatchMatMul`` with the epilogue on its output (no HBM round trip).
-8. ``SoftmaxFusionPass`` (:mod:`.chains`): amax / sub / exp / sum / div -> one ``SoftmaxV2``.
-9. ``GeluFusionPass`` (:mod:`.chains`): the tanh or erf form of GELU -> one ``Gelu``.
+9. ``SoftmaxFusionPass`` (:mod:`.chains`): amax / sub / exp / sum / div -> one ``SoftmaxV2``.
+10. ``GeluFusionPass`` (:mod:`.chains`): the tanh or erf form of GELU -> one ``Gelu``.
 
 Then ``AutoFuse`` (:mod:`.autofuse`): maximal groups of the remaining elementwise vector ops
 (add, mul, sub, div, relu, sigmoid, tanh, exp, neg, where, ``_to_copy`` casts, activation
@@ -62,10 +67,11 @@ A fused kernel's cost (:func:`msprof_py.graph.fused_cost.fused_cost`): one launc
 members' cube and vector work, memory time for its external inputs and outputs only.
 
 Known gaps: the next BN's reduce is not pulled into ZBNupdateReluV2Conv2DBNreducePass (the
-simulated BN is one kernel); no BN-backward + ReluGrad fusion; attention matching expects
-the score matmul's batch to cover heads (``bmm``), not a 4-D ``matmul`` broadcast across
-heads with a different batch layout; layout copies (``clone`` of the transposed q/k/v) stay
-separate kernels.
+simulated BN is one kernel); the BN backward + ReluGrad fusion also puts the BN backward's
+two steps (and a layout TransData on the incoming gradient) into its one kernel; attention
+matching expects the score matmul's batch to cover heads (``bmm``), not a 4-D ``matmul``
+broadcast across heads with a different batch layout; layout copies (``clone`` of the
+transposed q/k/v) stay separate kernels.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from msprof_py.device.spec import DeviceSpec
 from msprof_py.graph.ir import Graph, GraphKernel, PassRecord, ValueRef
 from msprof_py.graph.passes.attention import flash_attention, flash_attention_grad
 from msprof_py.graph.passes.autofuse import autofuse
+from msprof_py.graph.passes.bn_grad import bn_grad_relu_grad
 from msprof_py.graph.passes.chains import gelu, layer_norm, rms_norm, softmax
 from msprof_py.graph.passes.cleanup import cleanup
 from msprof_py.graph.passes.conv_bn import bn_relu_conv, conv_batchnorm
@@ -89,6 +96,7 @@ FUSION_PASSES: tuple[Callable[[Plan], None], ...] = (
     assign_remove,
     conv_batchnorm,
     bn_relu_conv,
+    bn_grad_relu_grad,
     flash_attention,
     flash_attention_grad,
     layer_norm,

@@ -105,6 +105,57 @@ def test_bn_relu_conv_training() -> None:
     assert "BN update + ReLU only" in rec.reason
 
 
+def _bn_backward(*, train: bool = True, extra_reader: bool = False):
+    """threshold_backward (ReluGrad) -> native_batch_norm_backward, as a conv/BN/ReLU step's
+    backward has them; optionally the ReluGrad output also feeds a ``sum``."""
+    b = Builder(A2)
+    dy, y, x = (b.input(n, X) for n in ("dy", "y", "x"))
+    stats = [b.input(n, (16,)) for n in ("w", "rm", "rv", "sm", "si")]
+    rg = b.op("rg", "threshold_backward", [dy, y], X, attrs={"threshold": 0})
+    bnb = b.op(
+        "bnb", "native_batch_norm_backward", [rg, x, *stats], outputs=[X, (16,), (16,)],
+        attrs={"train": train, "eps": 1e-5},
+    )  # fmt: skip
+    outs = [bnb, ValueRef("bnb", 1), ValueRef("bnb", 2)]
+    if extra_reader:
+        outs.append(b.op("s", "sum", [rg], (1,)))
+    return b.graph(*outs)
+
+
+def test_bn_grad_relu_grad_fuses_and_drops_the_gradient_round_trip() -> None:
+    g = _bn_backward()
+    rg, bnb = g.node("rg"), g.node("bnb")
+    eager = [*rg.kernels, *bnb.kernels]
+    assert len(eager) == 2
+    result = run_passes(g, A2)
+    [k] = result.kernels
+    assert k.pass_name == "BNTrainingUpdateGradReluGradV2FusionPass"
+    assert k.op_type == "BNTrainingUpdateGradReluGradV2" and k.name == "bnb"
+    assert k.members == ("rg", "bnb") and k.cost.task_type is TaskType.AI_VECTOR_CORE
+    act = 8 * 16 * 32 * 32 * 2  # one fp16 activation: 262144 bytes
+    # dy, y, x in; w, running mean/var, saved mean/invstd (16 fp16 each) in; dx and dw, db out
+    ext = 3 * act + 5 * 32 + act + 2 * 32
+    assert ext == 1_048_800
+    assert k.cost.bytes == ext == sum(e.cost.bytes for e in eager) - 2 * act  # rg's write+read
+    assert k.cost == fused_cost(A2, eager, external_bytes=ext)
+    assert k.cost.duration_ns < sum(e.cost.duration_ns for e in eager)
+    assert set(k.outputs) == {ValueRef("bnb", i) for i in range(3)}
+    [rec] = [r for r in result.records if r.pass_name == k.pass_name]
+    assert rec.hit and rec.nodes == ("rg", "bnb")
+
+
+def test_bn_grad_relu_grad_misses_with_the_reason() -> None:
+    result = run_passes(_bn_backward(extra_reader=True), A2)
+    assert not _fused(result, "BNTrainingUpdateGradReluGradV2FusionPass")
+    [miss] = _misses(result, "BNTrainingUpdateGradReluGradV2FusionPass")
+    assert miss.nodes == ("rg", "bnb") and miss.reason == "rg's output is also read by s"
+    assert ("bnb",) in [k.members for k in result.kernels]  # the BN backward stays alone
+    result = run_passes(_bn_backward(train=False), A2)
+    [miss] = _misses(result, "BNTrainingUpdateGradReluGradV2FusionPass")
+    assert miss.reason == "bnb is an eval-mode BN backward (train=False)"
+    assert len(result.kernels) == 2
+
+
 def test_matmul_bias_gelu_epilogue_and_near_miss() -> None:
     b = Builder(A2)
     x = b.input("x", (128, 256))
