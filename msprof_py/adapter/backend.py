@@ -382,7 +382,7 @@ def _prepare_formats(
 ) -> str | None:
     """Convert inputs to the formats the op's kernel needs; return the format it works in."""
     needs = plan.conv_inputs
-    if needs:
+    if needs and state.internal_format:
         for index, fmt in needs.items():
             t = args[index] if index < len(args) else None
             if (
@@ -421,6 +421,8 @@ def _tag_outputs(
 ) -> None:
     base = plan.base
     conv = plan.conv_outputs
+    if conv and not state.internal_format:
+        return  # allow_internal_format=False: convolutions produce ND
     tags = conv if conv else [ref] * len(outputs) if ref is not None else ()
     for out, fmt in zip(outputs, tags, strict=False):
         if out is None or fmt is None or fmt == formats.ND or not formats.private_allowed(out):

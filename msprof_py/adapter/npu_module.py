@@ -17,6 +17,7 @@ import torch
 
 from msprof_py.adapter import npu_random as random
 from msprof_py.adapter import runtime
+from msprof_py.adapter.npu_config import config
 from msprof_py.adapter.npu_random import (
     get_rng_state,
     get_rng_state_all,
@@ -41,6 +42,7 @@ from msprof_py.device.memory import format_bytes
 __all__ = [
     "Event",
     "Stream",
+    "config",
     "current_device",
     "current_stream",
     "default_generators",

@@ -48,6 +48,9 @@ class AdapterState:
     capture: list[CapturedKernel] | None = field(init=False, default=None)
     #: the op compile cache and compile mode (:mod:`msprof_py.adapter.compile_cache`)
     compiled: CompileCache = field(init=False)
+    #: ``torch.npu.config.allow_internal_format``: convolutions keep NPU-private formats
+    #: (:mod:`msprof_py.adapter.npu_config`)
+    internal_format: bool = field(init=False, default=True)
     _op_open: bool = field(init=False, default=False)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)

@@ -482,7 +482,25 @@ def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
         ),
         "padding_share": padding_share,
     }
+    kernels = data.kernel_columns(["op_type", "duration_ns"])
+    conv_ns = float(kernels.loc[kernels["op_type"].str.startswith("Conv"), "duration_ns"].sum())
+    conv_share = data.share(conv_ns)
+    values["conv_share"] = conv_share
+    # private formats serve the convolutions: where they are a small part of the step, the
+    # conversions cost more than the formats save, so the formats go (torch_npu's switch)
+    formats_off = conv_share < spec.thresholds.get("max_conv_share", 0.5)
+    values["fix"] = (
+        "Turn NPU-private formats off: set torch.npu.config.allow_internal_format = False "
+        "(torch_npu.npu.config) before building the model; tensors stay ND and the "
+        "convolutions run format-less kernels, a small part of this step."
+        if formats_off
+        else "Keep tensors in one format along the hot path: avoid ops that need ND between "
+        "convolutions (reshape/mean on NC1HWC0 activations) and keep weights in their private "
+        "format (torch_npu.npu_format_cast once at start); convolutions are most of this step, "
+        "so keep allow_internal_format on."
+    )
     evidence = {
+        "conv_share": conv_share,
         "causes": [
             {
                 "op": r.cause_op,
@@ -495,6 +513,8 @@ def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
         ],
         "padding_bytes_per_step": s["padding_bytes"] / n,
     }
+    if formats_off:
+        evidence["apply"] = {"internal_format": False}
     return spec.fire(values, s["transdata_share"], values["time_us"], data.rank, evidence)
 
 

@@ -26,6 +26,8 @@ RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
   logged are the same; only the waits go);
 * ``{"dtype": {"from": OLD, "to": NEW}}``: the script's own option for the dtype of its
   OLD tensors (:data:`DTYPE_OPTIONS`: ``--index-dtype`` for int64) set to NEW;
+* ``{"internal_format": false}``: ``torch.npu.config.allow_internal_format = False`` before
+  the script runs (tensors stay ND: no private formats, no TransData);
 * ``{"script_option": [ARGS...]}``: ARGS appended to the script's arguments (an option of the
   script's own that applies the advice; the script must define each ``--option`` it is given).
 """
@@ -174,6 +176,15 @@ def dtype_args(script: str, args: list[str], change: dict[str, str]) -> list[str
     return script_option_args(script, args, [option, change["to"]])
 
 
+def set_internal_format(allowed: bool) -> None:
+    """Set ``torch.npu.config.allow_internal_format`` (installing the npu device first)."""
+    import msprof_py.adapter
+
+    if not hasattr(torch, "npu"):
+        msprof_py.adapter.install()
+    torch.npu.config.allow_internal_format = allowed
+
+
 def disable_grad_scaler() -> None:
     """Build every ``torch.amp.GradScaler`` disabled."""
     cls = torch.amp.GradScaler
@@ -206,6 +217,8 @@ def main() -> None:
         args = dtype_args(script, args, recipe["dtype"])
     elif "script_option" in recipe:
         args = script_option_args(script, args, [str(a) for a in recipe["script_option"]])
+    elif "internal_format" in recipe:
+        set_internal_format(bool(recipe["internal_format"]))
     elif recipe.get("grad_scaler") is False:
         disable_grad_scaler()
     else:

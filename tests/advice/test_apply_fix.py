@@ -70,3 +70,21 @@ def test_script_option_must_exist_in_the_script() -> None:
     assert apply_fix.script_option_args(INDEX_STEP, [], ["--batch-size=8"]) == ["--batch-size=8"]
     with pytest.raises(SystemExit, match="has no --fast option"):
         apply_fix.script_option_args(INDEX_STEP, [], ["--fast"])
+
+
+def test_internal_format_recipe_sets_the_flag_before_the_script(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from msprof_py.adapter import runtime
+
+    monkeypatch.setattr(runtime.state(), "internal_format", True)
+    script = tmp_path / "seen.py"
+    out = tmp_path / "flag.txt"
+    script.write_text(
+        "import torch\n"
+        f"open({str(out)!r}, 'w').write(str(torch.npu.config.allow_internal_format))\n"
+    )
+    recipe = '{"internal_format": false}'
+    monkeypatch.setattr(sys, "argv", ["apply_fix.py", recipe, str(script)])
+    apply_fix.main()
+    assert out.read_text() == "False"

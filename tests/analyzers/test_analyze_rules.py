@@ -243,8 +243,16 @@ def amp_in_use(costly: bool = True) -> Profile:
     return b.build()
 
 
-def transdata(present: bool = True) -> Profile:
-    b = busy(base())
+def transdata(present: bool = True, conv_us: int = 0) -> Profile:
+    """A TransData of 5 us per step; ``conv_us`` of the step's busy time are a Conv2D."""
+    b = busy(base(), end=STEP - conv_us * 1000)
+    if conv_us:
+        b.op(
+            "aten::convolution",
+            2000,
+            2100,
+            [dict(start=STEP - conv_us * 1000, end=STEP, op_type="Conv2D", task_type="AI_CORE")],
+        )
     if present:
         b.op(
             "aten::mean",
@@ -730,3 +738,14 @@ def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
     on_910a = check(_image_loader(device="ascend910a"), "slow_dataloader")
     assert "no DVPP decoder modelled" in on_910a.advice
     assert "set_image_backend" not in on_910a.advice
+
+
+def test_transdata_advice_turns_formats_off_only_where_convolutions_are_a_small_part() -> None:
+    light = check(transdata(conv_us=49), "transdata_heavy")  # 49% of the step: mostly not
+    assert light.status == FIRED and light.evidence["apply"] == {"internal_format": False}
+    assert light.evidence["conv_share"] == pytest.approx(0.49)
+    assert "allow_internal_format = False" in light.advice
+    heavy = check(transdata(conv_us=51), "transdata_heavy")
+    assert heavy.status == FIRED and "apply" not in heavy.evidence
+    assert heavy.evidence["conv_share"] == pytest.approx(0.51)
+    assert "Keep tensors in one format" in heavy.advice and "51.0%" in heavy.message
