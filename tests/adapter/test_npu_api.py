@@ -83,6 +83,7 @@ def test_transfer_to_npu_answers_cuda_queries_and_keeps_torch_device() -> None:
     assert lines == ["True None", "True cuda", "npu:0 npu:0", "1 False", "False True"]
 
 
+@pytest.mark.slow  # ~35 s; graph-mode tests cover torch.compile on npu
 def test_torch_compile_works_after_transfer_to_npu() -> None:
     lines = _run_ok(
         """

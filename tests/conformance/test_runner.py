@@ -211,6 +211,7 @@ def test_listed_differences_that_pass_are_stale(status: str, flaky: bool, is_sta
     assert bool(stale(records)) is is_stale
 
 
+@pytest.mark.slow  # ~18 s; the OpInfo fast subset runs the same worker code
 def test_report_runs_ops_in_a_worker_and_writes_the_summary(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "tests.conformance.report", "--ops", "abs,no_such_op"]
     command += ["--output", str(tmp_path), "--max-samples", "2"]
