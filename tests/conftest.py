@@ -10,6 +10,26 @@ order of files irrelevant. Tests that need other settings run in a fresh process
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 import msprof_py.adapter
+from msprof_py.device import SimulatedNpu, TaskLog
 
 msprof_py.adapter.install()
+
+
+@pytest.fixture(scope="session")
+def npu() -> SimulatedNpu:
+    """The simulated device behind the installed npu."""
+    return msprof_py.adapter.install()
+
+
+@pytest.fixture
+def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
+    """Records of everything the device does during one test."""
+    records = TaskLog()
+    npu.subscribe(records)
+    yield records
+    npu.unsubscribe(records)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 import msprof_py.adapter
-from msprof_py.device import SimulatedNpu, TaskLog, TaskType
+from msprof_py.device import TaskLog, TaskType
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_runs"
@@ -24,21 +23,6 @@ NPU = msprof_py.adapter.install()
 import train_dataloader  # noqa: E402
 import train_resnet  # noqa: E402
 import train_transformer  # noqa: E402
-
-
-@pytest.fixture
-def npu() -> SimulatedNpu:
-    return msprof_py.adapter.install()
-
-
-@pytest.fixture
-def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
-    log = TaskLog()
-    npu.subscribe(log)
-    try:
-        yield log
-    finally:
-        npu.unsubscribe(log)
 
 
 def _op_types(log: TaskLog, task_type: TaskType) -> set[str]:

@@ -1,69 +1,27 @@
 """ResNet-50 v1.5 and BERT-Large, written for the fidelity benchmark.
 
 Own definitions (no torchvision), shaped as the published benchmarks run them: ResNet-50 v1.5
-puts the stride-2 of each downsampling bottleneck on the 3x3 convolution; BERT-Large has 24
+(the graph-mode sample's model) puts the stride-2 of each downsampling bottleneck on the 3x3
+convolution; BERT-Large has 24
 layers, hidden 1024, 16 heads, FFN 4096, vocab 30,522 and the two pre-training heads.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_runs"))
 
-class Bottleneck(nn.Module):
-    """1x1 -> 3x3 (stride here, v1.5) -> 1x1 with a projection shortcut when shapes change."""
-
-    expansion = 4
-
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
-        cout = width * self.expansion
-        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.down: nn.Module | None = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.down is None else self.down(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        return self.relu(out + identity)
+from resnet50_graph import ResNet
 
 
-class ResNet50(nn.Module):
-    """ResNet-50 v1.5 for 224 x 224 ImageNet (1,000 classes)."""
-
-    def __init__(self, num_classes: int = 1000) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(inplace=True),
-            nn.MaxPool2d(3, stride=2, padding=1),
-        )
-        layers: list[nn.Module] = []
-        cin = 64
-        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-            for i in range(blocks):
-                layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
-                cin = width * Bottleneck.expansion
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers(self.stem(x))
-        return self.fc(torch.flatten(self.pool(x), 1))
+class ResNet50(ResNet):
+    """ResNet-50 v1.5 for 224 x 224 ImageNet (1,000 classes): the graph-mode sample's ResNet
+    (``sample_runs/resnet50_graph.py``) at its defaults."""
 
 
 class BertLayer(nn.Module):

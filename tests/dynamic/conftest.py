@@ -1,4 +1,4 @@
-"""The npu device installed once per test process (ascend910b); a clean compile cache."""
+"""Dynamic-shape tests: a clean compile cache per test (the npu fixtures are the suite's)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import msprof_py.adapter
 from msprof_py.adapter import runtime
 from msprof_py.adapter.compile_cache import CompileCache
-from msprof_py.device import SimulatedNpu, TaskLog
-
-
-@pytest.fixture(scope="session")
-def npu() -> SimulatedNpu:
-    return msprof_py.adapter.install()
+from msprof_py.device import SimulatedNpu
 
 
 @pytest.fixture
@@ -25,12 +19,3 @@ def cache(npu: SimulatedNpu) -> Iterator[CompileCache]:
     compiled.clear()
     yield compiled
     compiled.set_mode(jit)
-
-
-@pytest.fixture
-def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
-    """Records of everything the device does during one test."""
-    records = TaskLog()
-    npu.subscribe(records)
-    yield records
-    npu.unsubscribe(records)

@@ -8,14 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-import msprof_py.adapter
-from msprof_py.device import SimulatedNpu, TaskLog
+from msprof_py.device import SimulatedNpu
 from msprof_py.graph import backend
-
-
-@pytest.fixture(scope="session")
-def npu() -> SimulatedNpu:
-    return msprof_py.adapter.install()
 
 
 @pytest.fixture(autouse=True)
@@ -25,12 +19,3 @@ def fresh_dynamo(npu: SimulatedNpu) -> Iterator[None]:
     gc.collect()  # graphs of earlier tests leave compiled_graphs()
     yield
     torch._dynamo.reset()
-
-
-@pytest.fixture
-def log(npu: SimulatedNpu) -> Iterator[TaskLog]:
-    """Records of everything the device does during one test."""
-    records = TaskLog()
-    npu.subscribe(records)
-    yield records
-    npu.unsubscribe(records)

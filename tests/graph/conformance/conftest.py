@@ -18,14 +18,8 @@ import torchvision_guard
 
 torchvision_guard.guard()
 
-import msprof_py.adapter  # noqa: E402
 from msprof_py.device import SimulatedNpu  # noqa: E402
 from msprof_py.graph import backend  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def npu() -> SimulatedNpu:
-    return msprof_py.adapter.install()
 
 
 @pytest.fixture(autouse=True)

@@ -10,17 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import msprof_py.adapter
 from msprof_py.device import SimulatedNpu
 from msprof_py.graph import backend
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "sample_runs"))
-
-
-@pytest.fixture(scope="session")
-def npu() -> SimulatedNpu:
-    return msprof_py.adapter.install()
 
 
 @pytest.fixture(autouse=True)
