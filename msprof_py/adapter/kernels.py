@@ -93,17 +93,56 @@ def to_copy(
     """``aten::_to_copy``: ``.to(device, dtype)``, ``.cpu()``, ``.npu()``."""
     with torch._C.DisableTorchFunctionSubclass():  # UninitializedParameter hides its shape
         shape = torch._C.TensorBase.size(self)
+        own_stride = torch._C.TensorBase.stride(self)
         own_dtype, own_device = self.dtype, self.device
     target = torch.device(device) if device is not None else own_device
     dtype = dtype or own_dtype
+    stride = _copy_strides(shape, own_stride, memory_format)
     if target.type == "npu":
-        dst = torch.empty(shape, dtype=dtype, device="npu")
+        dst = torch.empty_strided(shape, stride, dtype=dtype, device="npu")
         _keep_private_format(self, dst)
     else:
-        dst = torch.empty(shape, dtype=dtype, device=target)
+        dst = torch.empty_strided(shape, stride, dtype=dtype, device=target)
         if non_blocking or pin_memory:
             dst.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
     return copies.copy(self, dst, non_blocking)
+
+
+def _copy_strides(
+    shape: torch.Size, stride: tuple[int, ...], memory_format: torch.memory_format | None
+) -> tuple[int, ...]:
+    """The strides ``_to_copy`` gives its result, as on CPU and CUDA: ``preserve_format`` keeps a
+    dense, non-overlapping tensor's strides exactly (a permuted or channels-last tensor stays
+    so, and CPU kernels then take the same code path for it); anything else is contiguous,
+    in the suggested memory format (channels-last order stays channels-last), or in the
+    memory format asked for."""
+    if memory_format in (None, torch.preserve_format):
+        if _dense_non_overlapping(shape, stride):
+            return tuple(stride)
+        memory_format = _suggested_format(shape, stride)
+    return torch.empty(shape, device="meta", memory_format=memory_format).stride()
+
+
+def _suggested_format(shape: torch.Size, stride: tuple[int, ...]) -> torch.memory_format:
+    """``Tensor.suggest_memory_format`` for strides that are not dense: channels-last when the
+    channel dimension has the smallest stride and the others follow in order."""
+    order = {4: (0, 2, 3, 1), 5: (0, 2, 3, 4, 1)}.get(len(shape))
+    if order is not None and 1 not in shape:
+        by_stride = tuple(sorted(range(len(shape)), key=lambda d: -stride[d]))
+        if by_stride == order:
+            return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
+    return torch.contiguous_format
+
+
+def _dense_non_overlapping(shape: torch.Size, stride: tuple[int, ...]) -> bool:
+    """Whether the elements fill a block of memory exactly once, in some dimension order."""
+    expected = 1
+    dims = sorted((st, sz) for sz, st in zip(shape, stride, strict=True) if sz != 1)
+    for step, size in dims:
+        if step != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _keep_private_format(src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -7,12 +7,14 @@ difference comes from the device: conversions, kernels, optimizers, autocast, RN
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from cuda_autocast import CudaPolicyOnCpu
 from torch import nn
 
 Batch = Any
@@ -35,6 +37,25 @@ def tie_groups(model: nn.Module) -> list[list[str]]:
     return sorted(sorted(names) for names in groups.values() if len(names) > 1)
 
 
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal values on any devices, NaN equal to NaN in the same places."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if torch.equal(a, b):
+        return True
+    if not a.is_floating_point():
+        return False
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+
+def same_losses(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Equal loss lists, NaN equal to NaN."""
+    if len(a) != len(b):
+        return False
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
+
+
 def to_device(value: Any, device: str) -> Any:
     """``value`` with every tensor in it (dicts, lists, tuples) moved to ``device``."""
     if isinstance(value, torch.Tensor):
@@ -53,17 +74,30 @@ def train(
     optimizer: OptimizerFactory,
     device: str,
     seed: int = 0,
+    amp: torch.dtype | None = None,
+    scaler: bool = False,
 ) -> list[float]:
-    """``len(batches)`` optimizer steps; returns the losses."""
+    """``len(batches)`` optimizer steps; returns the losses.
+
+    With ``amp``, the forward pass and the loss run under ``torch.autocast(device, amp)``; with
+    ``scaler``, the step goes through ``torch.amp.GradScaler(device)``.
+    """
     torch.manual_seed(seed)
     opt = optimizer(model.parameters())
+    grad_scaler = torch.amp.GradScaler(device) if scaler else None
     model.train()
     losses = []
     for batch in batches:
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, to_device(batch, device))
-        loss.backward()
-        opt.step()
+        with torch.autocast(device, dtype=amp or torch.float16, enabled=amp is not None):
+            loss = loss_fn(model, to_device(batch, device))
+        if grad_scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            grad_scaler.scale(loss).backward()
+            grad_scaler.step(opt)
+            grad_scaler.update()
         losses.append(loss.item())
     return losses
 
@@ -87,7 +121,7 @@ class Comparison:
             out.append(f"parameter count {self.parameters_cpu} on CPU, {self.parameters_npu} npu")
         if self.ties_cpu != self.ties_npu:
             out.append(f"ties {self.ties_cpu} on CPU, {self.ties_npu} on npu")
-        if self.losses_cpu != self.losses_npu:
+        if not same_losses(self.losses_cpu, self.losses_npu):
             out.append(f"losses {self.losses_cpu} on CPU, {self.losses_npu} on npu")
         if self.mismatched:
             out.append(f"{len(self.mismatched)} parameters differ, first {self.mismatched[:3]}")
@@ -99,20 +133,27 @@ def compare_training(
     batches: Sequence[Batch],
     loss_fn: LossFn,
     optimizer: str = "adamw-foreach",
+    amp: torch.dtype | None = None,
+    scaler: bool = False,
 ) -> Comparison:
-    """Build one model, train a CPU copy and an npu copy on ``batches``, compare."""
+    """Build one model, train a CPU copy and an npu copy on ``batches``, compare.
+
+    With ``amp`` the CPU reference runs CUDA's autocast policy (:class:`CudaPolicyOnCpu`), the
+    policy the npu follows, not CPU autocast's own.
+    """
     torch.manual_seed(0)
     cpu_model = build()
     npu_model = copy.deepcopy(cpu_model).to("npu")
     factory = OPTIMIZERS[optimizer]
-    losses_cpu = train(cpu_model, batches, loss_fn, factory, "cpu")
-    losses_npu = train(npu_model, batches, loss_fn, factory, "npu")
+    with CudaPolicyOnCpu() if amp is not None else contextlib.nullcontext():
+        losses_cpu = train(cpu_model, batches, loss_fn, factory, "cpu", amp=amp, scaler=scaler)
+    losses_npu = train(npu_model, batches, loss_fn, factory, "npu", amp=amp, scaler=scaler)
     named_cpu = dict(cpu_model.named_parameters())
     named_npu = dict(npu_model.named_parameters())
     mismatched = [
         name
         for name, param in named_cpu.items()
-        if name not in named_npu or not torch.equal(param.detach(), named_npu[name].detach().cpu())
+        if name not in named_npu or not same_values(param, named_npu[name])
     ]
     return Comparison(
         losses_cpu,
