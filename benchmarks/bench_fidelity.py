@@ -166,9 +166,7 @@ def sweep() -> tuple[list[str], list[dict[str, Any]]]:
     points = []
     for bs in SWEEP:
         res = {
-            amp: run_case(
-                {"kind": "resnet50", "preset": "ascend910a", "batch": bs, "amp": amp, "steps": 2}
-            )
+            amp: run_case({"kind": "resnet50", "preset": "ascend910a", "batch": bs, "amp": amp})
             for amp in (False, True)
         }
         f32, amp = res[False], res[True]
