@@ -2,13 +2,15 @@
 
     .venv/bin/python benchmarks/bench_fidelity.py            # every case, writes RESULTS.md
     .venv/bin/python benchmarks/bench_fidelity.py --only gemm_best --no-write
+    .venv/bin/python benchmarks/bench_fidelity.py --only resnet50_bs256_amp_graph --sweep
 
 Each case of ``benchmarks/fidelity_anchors.toml`` runs in a fresh process (one npu backend per
 process) in shapes-only mode (``msprof_py.adapter.install(numerics="none", device=preset)``);
 the 8-card case runs 8 ranks under torchrun. The table (case, preset, anchor, source,
 simulated value, ratio, within +-15 %) replaces the fidelity section of
-``benchmarks/RESULTS.md``. Simulated figures are deterministic: two runs give the same table
-(wall times, printed separately, are not).
+``benchmarks/RESULTS.md`` (with ``--only``, the other cases keep their rows and details, and
+the sweep is kept unless ``--sweep`` reruns it). Simulated figures are deterministic: two runs
+give the same table (wall times, printed separately, are not).
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ PREAMBLE = (
     "`benchmarks/fidelity_anchors.toml`). Every case runs in shapes-only mode "
     '(`install(numerics="none", device=preset)`); figures are simulated device time, '
     "deterministic (two runs give this same table). Training throughput is the last of 3 "
-    "steps (SGD momentum for ResNet-50, AdamW for BERT-Large, GradScaler with AMP)."
+    "steps (SGD momentum for ResNet-50, AdamW for BERT-Large, GradScaler with AMP); the graph "
+    'row runs the model compiled (`torch.compile(model, backend="npu")`, step 1 compiles).'
 )
 
 
@@ -163,9 +166,7 @@ def sweep() -> tuple[list[str], list[dict[str, Any]]]:
     points = []
     for bs in SWEEP:
         res = {
-            amp: run_case(
-                {"kind": "resnet50", "preset": "ascend910a", "batch": bs, "amp": amp, "steps": 2}
-            )
+            amp: run_case({"kind": "resnet50", "preset": "ascend910a", "batch": bs, "amp": amp})
             for amp in (False, True)
         }
         f32, amp = res[False], res[True]
@@ -184,6 +185,57 @@ def sweep() -> tuple[list[str], list[dict[str, Any]]]:
     return lines, points
 
 
+def _old_section() -> list[str]:
+    """The lines of the fidelity section RESULTS.md has now (empty if none)."""
+    text = RESULTS.read_text(encoding="utf-8")
+    if BEGIN not in text:
+        return []
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n").splitlines()
+
+
+def _kept(old: list[str], case_id: str) -> tuple[str | None, list[str]]:
+    """The table row and detail lines ``old`` holds for ``case_id``."""
+    row = next((ln for ln in old if ln.startswith(f"| {case_id} |")), None)
+    return row, [ln for ln in old if ln.startswith(f"- {case_id}: ")]
+
+
+def _sweep_section(old: list[str]) -> list[str]:
+    """The batch-sweep subsection of ``old`` (its heading to the end)."""
+    for i, ln in enumerate(old):
+        if ln.startswith("### ResNet-50 batch sweep"):
+            return [*old[i:], ""] if old[-1] else old[i:]
+    return []
+
+
+def section(
+    results: dict[str, tuple[dict[str, Any], dict[str, Any]]],
+    sweep_lines: list[str] | None,
+    old: list[str],
+) -> list[str]:
+    """The fidelity section: every case of the anchor file in file order, from ``results``
+    when it ran now, else its row and details kept from ``old`` (a ``--only`` run updates its
+    cases and keeps the rest); the sweep from ``sweep_lines`` or kept from ``old``."""
+    head = table([])
+    rows, notes = [], []
+    for case in load_cases():
+        if case["id"] in results:
+            c, res = results[case["id"]]
+            rows += table([(c, res)])[len(head) :]
+            detail = _detail(c, res)
+            notes += [f"- {c['id']}: {detail}"] if detail else []
+        else:
+            row, kept = _kept(old, case["id"])
+            rows += [row] if row else []
+            notes += kept
+    lines = ["## Fidelity against published Ascend results", "", PREAMBLE, "", *head, *rows, ""]
+    lines += ["Details:", "", *notes, ""]
+    if sweep_lines is not None:
+        lines += ["### ResNet-50 batch sweep (ascend910a, shapes only)", "", *sweep_lines, ""]
+    else:
+        lines += _sweep_section(old)
+    return lines
+
+
 def write_results(lines: list[str]) -> None:
     """Replace the fidelity section of RESULTS.md (appended the first time)."""
     text = RESULTS.read_text(encoding="utf-8")
@@ -198,29 +250,24 @@ def write_results(lines: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="case ids to run (default: all)")
+    parser.add_argument(
+        "--only", nargs="*", help="case ids to run (default: all); the others keep their rows"
+    )
     parser.add_argument("--no-sweep", action="store_true", help="skip the batch sweep")
+    parser.add_argument("--sweep", action="store_true", help="run the batch sweep with --only")
     parser.add_argument("--no-write", action="store_true", help="print, do not write RESULTS.md")
     args = parser.parse_args(argv)
     cases = [c for c in load_cases() if not args.only or c["id"] in args.only]
-    rows = []
+    results = {}
     for case in cases:
         res = run_case(case)
-        rows.append((case, res))
+        results[case["id"]] = (case, res)
         keep = ("wall_s", "rate_8p", "rate_1p", "busbw", "hccl_tasks_per_step")
         extra = {k: v for k, v in res.items() if k in keep}
         print(f"{case['id']}: {res['value']:.4g} (anchor {case['anchor']}) {extra}", flush=True)
-    lines = ["## Fidelity against published Ascend results", "", PREAMBLE, "", *table(rows), ""]
-    notes = [
-        f"- {case['id']}: {detail}"
-        for case, res in rows
-        for detail in [_detail(case, res)]
-        if detail
-    ]
-    lines += ["Details:", "", *notes, ""]
-    if not args.no_sweep and not args.only:
-        sweep_lines, _ = sweep()
-        lines += ["### ResNet-50 batch sweep (ascend910a, shapes only)", "", *sweep_lines, ""]
+    run_sweep = args.sweep or (not args.no_sweep and not args.only)
+    sweep_lines = sweep()[0] if run_sweep else None
+    lines = section(results, sweep_lines, _old_section())
     print("\n".join(lines))
     if not args.no_write:
         write_results(lines)

@@ -118,17 +118,23 @@ def _bert_loss(out: tuple[torch.Tensor, torch.Tensor], target: Any) -> torch.Ten
 
 
 def resnet50(case: dict[str, Any]) -> dict[str, Any]:
-    """ResNet-50 v1.5 training steps (SGD momentum, optional AMP + GradScaler)."""
+    """ResNet-50 v1.5 training steps (SGD momentum, optional AMP + GradScaler).
+
+    With ``graph = true`` the model runs compiled, ``torch.compile(model, backend="npu")``
+    (GE-style fusion, one launch per forward and per backward graph; the loss and the SGD
+    update stay eager), as ``sample_runs/resnet50_graph.py`` runs it; step 1 compiles, the
+    last step is measured."""
     from fidelity.models import ResNet50
 
     msprof_py.adapter.install(numerics="none", device=case["preset"])
     torch.manual_seed(0)
     model = ResNet50().to("npu")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    step_model = torch.compile(model, backend="npu") if case.get("graph") else model
     bs = case["batch"]
     x = torch.empty(bs, 3, 224, 224).to("npu")
     y = torch.zeros(bs, dtype=torch.long).to("npu")
-    res = _train(model, lambda: ((x,), y), case["amp"], case.get("steps", _STEPS), opt)
+    res = _train(step_model, lambda: ((x,), y), case["amp"], case.get("steps", _STEPS), opt)
     res["value"] = bs / (res["step_ns"] * 1e-9)
     return res
 

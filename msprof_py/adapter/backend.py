@@ -17,7 +17,14 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import fast_numerics, formats, host_fallback, runtime, shapes_only
+from msprof_py.adapter import (
+    fast_numerics,
+    formats,
+    host_fallback,
+    l2_reuse,
+    runtime,
+    shapes_only,
+)
 from msprof_py.adapter.compile_cache import attributes
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
@@ -485,6 +492,10 @@ def launch(
         compiled = state.compiled
         if compile_key not in compiled.keys:
             compiled.miss(state.npu.engine, compile_key, [k.op_type for k in kernels])
+    l2 = state.npu.l2
+    if l2 is not None and state.capture is None:
+        hits = l2_reuse.traffic(l2, inputs, in_keys, outputs, out_keys)
+        kernels = l2_reuse.apply(state.npu.spec, kernels, hits)
     for kernel in kernels:
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
 
@@ -502,6 +513,10 @@ def launch_custom(
         shapes_only.forget(outputs)
     ins, outs = tuple(_key(t) for t in inputs), tuple(_key(t) for t in outputs)
     compile_kernel(state, op_type, ins, outs)
+    l2 = state.npu.l2
+    if l2 is not None and state.capture is None:
+        hits = l2_reuse.traffic(l2, inputs, ins, outputs, outs)
+        cost = costmodel.with_l2_reads(state.npu.spec, cost, hits)
     _submit(state, name, op_type, cost, ins, outs)
 
 

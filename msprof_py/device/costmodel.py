@@ -11,6 +11,7 @@ the lower of the achievable HBM bandwidth and what the launched cores can pull.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Sequence
@@ -302,6 +303,39 @@ def vector_cost(
         bound=bound_of(sched, 0.0, vector, memory),
         flops=float(elements * ops_per_element) if flops is None else flops,
         bytes=bytes_moved,
+    )
+
+
+def l2_read_ns(spec: DeviceSpec, nbytes: int, block_dim: int, cores: int) -> float:
+    """Time (ns) for ``block_dim`` blocks on a pool of ``cores`` to read ``nbytes`` from L2:
+    the L2 bandwidth shared evenly by the pool's cores, of which the kernel uses
+    ``min(block_dim, cores)``."""
+    if nbytes <= 0:
+        return 0.0
+    share = min(block_dim, cores) / cores
+    return nbytes / (spec.memory.l2_bandwidth * share) * 1e9
+
+
+def with_l2_reads(spec: DeviceSpec, cost: KernelCost, l2_bytes: int) -> KernelCost:
+    """``cost`` of a vector kernel with ``l2_bytes`` of its reads served from L2 (a producer's
+    output still resident, :class:`msprof_py.device.l2.L2Residency`).
+
+    Memory time becomes the HBM time of the other bytes plus :func:`l2_read_ns` of those
+    (the two streams through the same core ports, one after the other); duration = scheduling
+    + max(vector, memory). Other kernel types (cube, MIX, AI CPU, whose memory terms follow
+    their own rules) and ``l2_bytes <= 0`` return ``cost`` unchanged.
+    """
+    if l2_bytes <= 0 or cost.task_type is not TaskType.AI_VECTOR_CORE:
+        return cost
+    hit = min(l2_bytes, cost.bytes)
+    cores = spec.vector.cores
+    memory = _memory_ns(spec, cost.bytes - hit, min(cost.block_dim, cores))
+    memory += l2_read_ns(spec, hit, cost.block_dim, cores)
+    return dataclasses.replace(
+        cost,
+        duration_ns=cost.sched_ns + round(max(cost.cube_ns, cost.vector_ns, memory)),
+        memory_ns=memory,
+        bound=bound_of(cost.sched_ns, cost.cube_ns, cost.vector_ns, memory),
     )
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from msprof_py.device.caching import CachingAllocator
 from msprof_py.device.engine import Engine
+from msprof_py.device.l2 import L2Residency
 from msprof_py.device.memory import HbmAllocator
 from msprof_py.device.records import RecordBus, Subscriber
 from msprof_py.device.spec import DeviceSpec
@@ -16,7 +17,8 @@ class SimulatedNpu:
 
     ``engine`` schedules tasks in virtual time, ``hbm`` is the driver-level allocator
     (aclrtMalloc semantics) and ``memory`` the caching allocator frameworks use above it. Records
-    of all three go to one :class:`RecordBus`; :meth:`subscribe` attaches a consumer.
+    of all three go to one :class:`RecordBus`; :meth:`subscribe` attaches a consumer. ``l2``
+    follows which buffers are in L2 when the spec enables ``memory.l2_reuse`` (else None).
     """
 
     def __init__(self, spec: DeviceSpec | str | Path | None = None, device_id: int = 0) -> None:
@@ -25,6 +27,8 @@ class SimulatedNpu:
         self.bus = RecordBus()
         self.engine = Engine(self.spec, self.bus)
         self.hbm = HbmAllocator(self.spec.memory.usable_bytes, self.spec.allocation)
+        mem = self.spec.memory
+        self.l2 = L2Residency(mem.l2_bytes) if mem.l2_reuse and mem.l2_bytes else None
         self.memory = CachingAllocator(
             self.hbm, self.spec.allocation, clock=self._host_clock, bus=self.bus
         )

@@ -95,6 +95,8 @@ class MemorySpec:
     gm_bytes_per_cycle_per_core: int
     l2_bytes: int
     l2_bandwidth: float
+    #: serve a kernel's reads of buffers still in L2 at L2 bandwidth (:mod:`msprof_py.device.l2`)
+    l2_reuse: bool = False
 
     @property
     def usable_bytes(self) -> int:
@@ -459,6 +461,7 @@ _SECTIONS: dict[str, tuple[type, list[tuple[str, str, Callable[[Any], Any]]]]] =
             ("gm_bytes_per_cycle_per_core", "gm_bytes_per_cycle_per_core", _int(1)),
             ("l2_bytes", "l2_bytes", _int(0)),
             ("l2_bandwidth_gb_s", "l2_bandwidth", _positive(_GB)),
+            ("l2_reuse", "l2_reuse", _bool),
         ],
     ),
     "buffers": (
@@ -625,6 +628,7 @@ OPTIONAL_FIELDS = frozenset(
         "compile.jit_compile",
         "compile.online_compile_us",
         "compile.tiling_us",
+        "memory.l2_reuse",
     }
 )
 #: sections a spec may leave out, each validated by the module that reads it from
