@@ -14,11 +14,13 @@ US = 1000
 STAGE1, STAGE2, SYNC = 6 * US, 10 * US, 5 * US  # the 910B preset's dispatch costs
 
 
-def pipeline(kernel_us: int, kernels: int = 3, steps: int = 3, middle: str = "Add") -> Profile:
+def pipeline(
+    kernel_us: int, kernels: int = 3, steps: int = 3, middle: str = "Add", held_us: int = 0
+) -> Profile:
     """``steps`` steps of ``kernels`` kernels of ``kernel_us`` each, launched back to back
     (host stage 1, then the launch pipeline's stage 2), and a device synchronize at the end
     of each step, built as the engine schedules them; the middle kernel's op type is
-    ``middle``."""
+    ``middle``; the last kernel starts ``held_us`` after it could (held by another stream)."""
     b = Builder()
     host = 0
     arrival = 0
@@ -28,7 +30,7 @@ def pipeline(kernel_us: int, kernels: int = 3, steps: int = 3, middle: str = "Ad
         for k in range(kernels):
             h_end = host + STAGE1
             arrival = max(h_end, arrival) + STAGE2
-            start = max(arrival, tail)
+            start = max(arrival, tail) + (held_us * US if k == kernels - 1 else 0)
             wait = start - tail if tail else 0
             tail = start + kernel_us * US
             op_type = middle if k == kernels // 2 else "Add"
@@ -85,3 +87,29 @@ def test_transdata_heavy_estimates_the_replayed_gain_of_a_launch_bound_step() ->
     assert found.status == "fired"
     assert found.evidence["device_us_per_step"] == pytest.approx(3.0)
     assert found.estimated_gain_us == pytest.approx(10.0)
+
+
+def dispatch(profile: Profile):
+    d = data(profile)
+    return engine.run_rule("host_bound_dispatch", RuleContext(d, {0: d}, None))
+
+
+def test_host_bound_dispatch_names_the_launch_pipeline_when_it_sets_the_arrival_rate() -> None:
+    found = dispatch(pipeline(3))
+    assert found.status == "fired"
+    ev = found.evidence
+    # per step: 3 launches of 10 us in stage 2; the host thread runs 18 us (3 x 6 us of
+    # stage 1) and waits in the sync for the rest of the 44 us step
+    assert ev["launch_pipeline_us_per_step"] == pytest.approx(30.0)
+    assert ev["host_thread_us_per_step"] == pytest.approx(18.0)
+    assert ev["limiter"] == "launch pipeline"
+    assert "faster Python code does not" in found.message
+
+
+def test_host_bound_dispatch_leaves_out_gaps_whose_next_task_had_arrived() -> None:
+    """The last kernel arrives 36 us into the step but another stream holds it 200 us: the
+    device waits 7 + 7 us for launches (19 -> 26, 29 -> 36) and 200 us for the other stream,
+    which is not host-bound dispatch (it used to count all 214 us of the 244 us step)."""
+    found = dispatch(pipeline(3, held_us=200))
+    assert found.evidence["arrived_idle_us"] == pytest.approx(200.0)
+    assert found.status == "ok"
