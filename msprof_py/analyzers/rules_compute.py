@@ -20,6 +20,7 @@ from msprof_py.analyzers import (
     optimizer,
     patterns,
     recost,
+    replay,
     timeline,
 )
 from msprof_py.analyzers.context import RankData
@@ -515,7 +516,25 @@ def transdata_heavy(ctx: RuleContext, spec: RuleSpec) -> Finding:
     }
     if formats_off:
         evidence["apply"] = {"internal_format": False}
-    return spec.fire(values, s["transdata_share"], values["time_us"], data.rank, evidence)
+    gain_ns = transdata_gain_ns(data)
+    evidence["device_us_per_step"] = values["time_us"]
+    evidence["replayed"] = gain_ns is not None
+    gain_us = values["time_us"] if gain_ns is None else us(gain_ns)
+    return spec.fire(values, s["transdata_share"], gain_us, data.rank, evidence)
+
+
+def transdata_gain_ns(data: RankData) -> float | None:
+    """Step time saved per step (ns) without the TransData tasks: their device time, their
+    launches' host time and their slots in the launch pipeline (which sets the step where
+    tasks arrive slower than the device runs them), by replaying the recorded launches and
+    syncs without them (:mod:`msprof_py.analyzers.replay`); None without host launch records.
+    """
+    every = data.all_tasks
+    ids = every.loc[(every["op_type"] == "TransData").to_numpy(), "task_id"]
+    host = data.all_host
+    if not (host["kind"] == "launch").any():
+        return None
+    return replay.gain_ns(data, ids)
 
 
 def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:

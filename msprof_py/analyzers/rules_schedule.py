@@ -48,7 +48,8 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     data = ctx.data
     need_tasks(data)
     _need_host(ctx)
-    idle = _idle(ctx, "host-bound dispatch")
+    n = data.n_steps
+    idle, arrived = _dispatch_idle(data)
     share = data.share(idle)
     kernel_ns = data.tasks["duration_ns"].to_numpy()[data.kernel_mask]
     median = float(np.median(kernel_ns)) if kernel_ns.size else 0.0
@@ -63,9 +64,11 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "host_per_op_us": us(per_op),
         "compile": _compile_text(split),
     }
+    rates = arrival_limiter(data)
+    values["limiter"] = _limiter_text(rates)
     limit = spec.thresholds["max_median_kernel_us"] * 1e3
     if share < spec.thresholds["min_share"] or median > limit:
-        return spec.ok(data.rank, values)
+        return spec.ok(data.rank, {**values, **rates, "arrived_idle_us": us(arrived / n)})
     top = ops_table.host_ops(data, 5)
     evidence = {
         "ops": [
@@ -81,6 +84,10 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "compiled": bool(compiled_note(data)),
         "graph_host_share": split["graph_host_share"],
         "eager_host_ns_per_step": split["eager_host_ns_per_step"],
+        **rates,
+        # gaps the host's dispatch window covers but whose next task had already reached
+        # the device (it waited for another stream or for resources): not counted
+        "arrived_idle_us": us(arrived / n),
     }
     if not _compiling_done(split):
         evidence["apply"] = {"compile": "npu"}
@@ -88,6 +95,74 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if not _optimizer_left(split):
         finding.advice += compiled_note(data)
     return finding
+
+
+def _dispatch_idle(data: RankData) -> tuple[float, float]:
+    """Device idle time (ns, over the analysed steps) waiting for launches, and the rest of
+    the gaps the gap analysis gives to host-bound dispatch: a gap waits for a launch until
+    its next task reaches the device; after that (the task had arrived) the device waits for
+    another stream, an event or its resources, not for the host."""
+    gaps = timeline.idle_gaps(data)
+    gaps = gaps[gaps["cause"] == "host-bound dispatch"]
+    if gaps.empty:
+        return 0.0, 0.0
+    tasks = data.all_tasks
+    work = tasks.loc[tasks["kind"].isin(ops_table.WORK_KINDS), ["start_ns", "launch_ns"]]
+    work = work.sort_values("start_ns", kind="stable")
+    starts = work["start_ns"].to_numpy()
+    nxt = np.searchsorted(starts, gaps["end_ns"].to_numpy(), side="left")
+    arrival = work["launch_ns"].to_numpy(dtype=np.float64)[np.clip(nxt, 0, max(0, starts.size - 1))]
+    start = gaps["start_ns"].to_numpy(dtype=np.float64)
+    dur = gaps["duration_ns"].to_numpy(dtype=np.float64)
+    waited = np.where(nxt < starts.size, np.clip(arrival - start, 0, dur), dur)
+    return float(waited.sum()), float((dur - waited).sum())
+
+
+def arrival_limiter(data: RankData) -> dict[str, Any]:
+    """What sets the rate tasks reach the device: the host thread (Python, dispatch and the
+    launches' stage 1, everything but its syncs) or the launch pipeline (the launches' stage
+    2, one launch at a time: each arrival less the later of its host launch's end and the
+    arrival before). Per step, in us, and the limiter's name."""
+    n = data.n_steps
+    host = data.host
+    syncs = host[host["kind"] == "sync"]
+    host_range = float(data.steps["host_ns"].sum()) if len(data.steps) else 0.0
+    thread = host_range - float((syncs["end_ns"] - syncs["start_ns"]).sum())
+    launches = host.loc[host["kind"] == "launch", ["end_ns", "task_id"]]
+    arrival = data.all_tasks.set_index("task_id")["launch_ns"]
+    arrived = arrival.reindex(launches["task_id"].to_numpy()).to_numpy(dtype=np.float64)
+    ok = ~np.isnan(arrived)
+    arrived, ended = arrived[ok], launches["end_ns"].to_numpy(dtype=np.float64)[ok]
+    order = np.argsort(arrived, kind="stable")
+    arrived, ended = arrived[order], ended[order]
+    before = np.concatenate([[-np.inf], arrived[:-1]])
+    pipeline = float(np.clip(arrived - np.maximum(ended, before), 0, None).sum())
+    launches_per_step = len(arrived) / n
+    return {
+        "host_thread_us_per_step": us(thread / n),
+        "launch_pipeline_us_per_step": us(pipeline / n),
+        "launches_per_step": launches_per_step,
+        "limiter": "launch pipeline" if pipeline > thread else "host thread",
+    }
+
+
+def _limiter_text(rates: dict[str, Any]) -> str:
+    """The message's sentence on what sets the tasks' arrival rate."""
+    per = rates["launches_per_step"] or 1.0
+    if rates["limiter"] == "launch pipeline":
+        return (
+            f"Tasks arrive at the launch pipeline's rate: its stage 2 takes "
+            f"{rates['launch_pipeline_us_per_step'] / per:.1f} us per launch "
+            f"({rates['launch_pipeline_us_per_step']:.1f} us per step for "
+            f"{per:.0f} launches), more than the host thread's "
+            f"{rates['host_thread_us_per_step']:.1f} us: fewer launches help, faster Python "
+            "code does not."
+        )
+    return (
+        f"The host thread sets the rate ({rates['host_thread_us_per_step']:.1f} us per step "
+        f"for {per:.0f} launches, the launch pipeline "
+        f"{rates['launch_pipeline_us_per_step']:.1f} us)."
+    )
 
 
 def _optimizer_left(split: dict) -> bool:

@@ -30,6 +30,7 @@ SAMPLE_BATCH = {"resnet": 8}
 #: sample argv (a script name under sample_runs/, or an absolute path)
 SAMPLE_ARGV = {
     "index": [str(Path(__file__).with_name("index_step.py")), "--steps", "4"],
+    "transdata": [str(Path(__file__).with_name("transdata_step.py")), "--steps", "4"],
     "resnet": ["train_resnet.py", "--steps", "4"],
     "transformer": ["train_transformer.py", "--steps", "4"],
     "amp-fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
@@ -46,6 +47,8 @@ CHECKED = [
     ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
     ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred
     ("index", "aicpu_fallback"),  # its int64 index arithmetic run in int32 (--index-dtype)
+    ("transdata", "transdata_heavy"),  # private formats off (TransData 30% of the step)
+    ("resnet", "transdata_heavy"),  # the same, where 2 TransData per step are launch-bound
 ]
 #: rules whose finding may still fire once applied, for another cause it names: the check is
 #: then that it no longer carries its recipe (compiling the ResNet sample leaves the eager
@@ -80,12 +83,25 @@ def _finding(analysis: dict[str, Any], rule: str) -> dict[str, Any]:
     return found
 
 
+def _selected(request: pytest.FixtureRequest) -> list[tuple[str, str]]:
+    """The checked cases this session runs (``-k`` selects some: only theirs are recorded)."""
+    chosen = []
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "sample" in params and "rule" in params:
+            chosen.append((params["sample"], params["rule"]))
+    return chosen or list(CHECKED)
+
+
 @pytest.fixture(scope="module")
-def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Each sample's analysis as it is (recorded in parallel)."""
+def baselines(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """Each selected case's sample analysed as it is (recorded in parallel)."""
     parent = tmp_path_factory.mktemp("baseline")
     procs = {}
-    for name, (script, *args) in SAMPLE_ARGV.items():
+    samples = dict.fromkeys(sample for sample, _ in _selected(request))
+    for name, (script, *args) in ((k, SAMPLE_ARGV[k]) for k in samples):
         procs[name] = _record(parent / name, [str(SAMPLES / script), *args])
     return {
         name: _analysis(parent / name, proc, SAMPLE_BATCH.get(name)) for name, proc in procs.items()
@@ -94,13 +110,16 @@ def baselines(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, A
 
 @pytest.fixture(scope="module")
 def applied(
-    baselines: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    baselines: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """Each checked sample re-profiled with its finding's recipe applied (in parallel)."""
+    """Each selected case's sample re-profiled with its finding's recipe applied (in
+    parallel)."""
     parent = tmp_path_factory.mktemp("applied")
     procs = {}
     batches = {}
-    for sample, rule in CHECKED:
+    for sample, rule in dict.fromkeys(_selected(request)):
         recipe = _finding(baselines[sample], rule)["evidence"].get("apply")
         if recipe is None:
             continue

@@ -253,7 +253,13 @@ def test_combined_gain_is_bounded_not_summed() -> None:
     specs = rule_specs()
     fired = [
         specs["host_bound_dispatch"].fire(
-            {"share": 0.5, "time_us": 600.0, "median_kernel_us": 1, "host_per_op_us": 1},
+            {
+                "share": 0.5,
+                "time_us": 600.0,
+                "median_kernel_us": 1,
+                "host_per_op_us": 1,
+                "limiter": "",
+            },
             0.5,
             600.0,
             0,

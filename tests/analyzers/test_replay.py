@@ -1,0 +1,115 @@
+"""The replay of recorded launches and syncs (msprof_py.analyzers.replay) on hand-built
+timelines that follow the simulator's dispatch model: answers computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+from analyze_helpers import Builder
+
+from msprof_py.analyzers import context, engine, replay
+from msprof_py.analyzers.rules_compute import RuleContext
+from msprof_py.profile import Profile
+
+US = 1000
+STAGE1, STAGE2, SYNC = 6 * US, 10 * US, 5 * US  # the 910B preset's dispatch costs
+
+
+def pipeline(
+    kernel_us: int, kernels: int = 3, steps: int = 3, middle: str = "Add", held_us: int = 0
+) -> Profile:
+    """``steps`` steps of ``kernels`` kernels of ``kernel_us`` each, launched back to back
+    (host stage 1, then the launch pipeline's stage 2), and a device synchronize at the end
+    of each step, built as the engine schedules them; the middle kernel's op type is
+    ``middle``; the last kernel starts ``held_us`` after it could (held by another stream)."""
+    b = Builder()
+    host = 0
+    arrival = 0
+    tail = 0
+    for s in range(steps):
+        step_start = host
+        for k in range(kernels):
+            h_end = host + STAGE1
+            arrival = max(h_end, arrival) + STAGE2
+            start = max(arrival, tail) + (held_us * US if k == kernels - 1 else 0)
+            wait = start - tail if tail else 0
+            tail = start + kernel_us * US
+            op_type = middle if k == kernels // 2 else "Add"
+            formats = (
+                {"input_formats": "NC1HWC0", "output_formats": "ND"} if op_type != "Add" else {}
+            )
+            tid = b.task(
+                start, tail, launch_ns=arrival, wait_ns=wait, step=s, op_type=op_type, **formats
+            )
+            b.event("launch", "aten::add", host, h_end, task_id=tid, step=s)
+            host = h_end
+        sync_end = max(host, tail) + SYNC
+        b.event("sync", "aclrtSynchronizeDevice", host, sync_end, step=s)
+        host = sync_end
+        b.step(s, step_start, host)
+    return b.build()
+
+
+def data(profile: Profile) -> context.RankData:
+    return context.prepare(profile, 0, warmup=1)
+
+
+@pytest.mark.parametrize("kernel_us", [3, 30])
+def test_replay_without_a_change_gives_the_recorded_steps(kernel_us: int) -> None:
+    d = data(pipeline(kernel_us))
+    recorded, replayed = replay.check_ns(d)
+    # 3 us kernels: arrivals 16/26/36 us after the step's start, last end 39, sync 44;
+    # 30 us kernels: ends 46/76/106, sync 111
+    assert recorded == pytest.approx({3: 44, 30: 111}[kernel_us] * US)
+    assert replayed == pytest.approx(recorded)
+
+
+def test_a_launch_bound_step_gains_the_pipeline_slot_not_the_kernel() -> None:
+    d = data(pipeline(3))
+    middle = d.all_tasks.loc[d.all_tasks["task_id"] % 3 == 1, "task_id"]
+    # the last kernel now arrives at 26 us, ends at 29, the sync returns at 34: 10 us saved
+    assert replay.gain_ns(d, middle) == pytest.approx(10 * US)
+
+
+def test_a_device_bound_step_gains_the_kernel() -> None:
+    d = data(pipeline(30))
+    middle = d.all_tasks.loc[d.all_tasks["task_id"] % 3 == 1, "task_id"]
+    # the last kernel follows the first (ends 46 -> 76), the sync returns at 81: 30 us saved
+    assert replay.gain_ns(d, middle) == pytest.approx(30 * US)
+    shorter = d.all_tasks.set_index("task_id")["duration_ns"].iloc[:0]
+    assert replay.gain_ns(d, (), shorter) == 0.0
+
+
+def test_transdata_heavy_estimates_the_replayed_gain_of_a_launch_bound_step() -> None:
+    """The TransData runs 3 us, but in a launch-bound step its launch-pipeline slot (10 us)
+    is what the step loses; the estimate used to be the 3 us of device time."""
+    d = data(pipeline(3, middle="TransData"))
+    found = engine.run_rule("transdata_heavy", RuleContext(d, {0: d}, None))
+    assert found.status == "fired"
+    assert found.evidence["device_us_per_step"] == pytest.approx(3.0)
+    assert found.estimated_gain_us == pytest.approx(10.0)
+
+
+def dispatch(profile: Profile):
+    d = data(profile)
+    return engine.run_rule("host_bound_dispatch", RuleContext(d, {0: d}, None))
+
+
+def test_host_bound_dispatch_names_the_launch_pipeline_when_it_sets_the_arrival_rate() -> None:
+    found = dispatch(pipeline(3))
+    assert found.status == "fired"
+    ev = found.evidence
+    # per step: 3 launches of 10 us in stage 2; the host thread runs 18 us (3 x 6 us of
+    # stage 1) and waits in the sync for the rest of the 44 us step
+    assert ev["launch_pipeline_us_per_step"] == pytest.approx(30.0)
+    assert ev["host_thread_us_per_step"] == pytest.approx(18.0)
+    assert ev["limiter"] == "launch pipeline"
+    assert "faster Python code does not" in found.message
+
+
+def test_host_bound_dispatch_leaves_out_gaps_whose_next_task_had_arrived() -> None:
+    """The last kernel arrives 36 us into the step but another stream holds it 200 us: the
+    device waits 7 + 7 us for launches (19 -> 26, 29 -> 36) and 200 us for the other stream,
+    which is not host-bound dispatch (it used to count all 214 us of the 244 us step)."""
+    found = dispatch(pipeline(3, held_us=200))
+    assert found.evidence["arrived_idle_us"] == pytest.approx(200.0)
+    assert found.status == "ok"
