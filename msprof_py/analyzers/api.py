@@ -99,28 +99,66 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+#: how many folder levels below a path that holds no profile :func:`resolve` looks for one
+SEARCH_DEPTH = 3
+#: at most this many of several profiles found are named in the error
+NAMED = 6
+
+
 def resolve(path: str | Path, **how: Any) -> Profile:
-    """Load ``path``; a folder holding exactly one run folder (``msprof --output``) works too.
-    ``how``: :func:`msprof_py.load`'s keywords."""
+    """Load ``path``; a folder holding one profile somewhere below it (``msprof --output``'s
+    run folder, a torch_npu ``*_ascend_pt`` folder or a run of rank folders inside a
+    parent, a ``PROF_*`` folder, a Kineto trace), up to :data:`SEARCH_DEPTH` levels down,
+    works too. Several profiles below it are an error naming them (never a silent pick), none
+    one line saying what was looked for. ``how``: :func:`msprof_py.load`'s keywords."""
     path = Path(path)
-    try:
+    if not path.is_dir() or is_profile(path):
         return load(path, **how)
-    except ProfileError:
-        if not path.is_dir():
-            raise
-        runs = sorted(p for p in path.iterdir() if p.is_dir() and _loads(p))
-        if len(runs) == 1:
-            return load(runs[0], **how)
-        if len(runs) > 1:
-            names = ", ".join(p.name for p in runs)
-            raise ProfileError(f"{path}: several runs here ({names}); name one") from None
-        raise
+    found = profiles_below(path)
+    if len(found) == 1:
+        return load(found[0], **how)
+    if found:
+        names = [str(p.relative_to(path)) for p in found]
+        shown = ", ".join(names[:NAMED]) + (
+            f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+        )
+        raise ProfileError(f"{path}: {len(found)} profiles below it ({shown}); name one")
+    from msprof_py.profile.load import looked_for
+
+    raise ProfileError(
+        f"{path}: no profile here or in its subfolders up to {SEARCH_DEPTH} levels down "
+        f"(looked for {looked_for()})"
+    )
 
 
-def _loads(folder: Path) -> bool:
+def is_profile(folder: Path) -> bool:
+    """Whether :func:`msprof_py.load` reads ``folder`` (msprof-py's raw folders, or a format
+    an importer detects)."""
+    from msprof_py.importers import find
     from msprof_py.profile.load import raw_folders
 
-    return bool(raw_folders(folder))
+    return bool(raw_folders(folder)) or find(folder) is not None
+
+
+def profiles_below(path: Path, depth: int = SEARCH_DEPTH) -> list[Path]:
+    """The folders below ``path`` (at most ``depth`` levels down, hidden ones left out) that
+    are profiles, in sorted order; the folders inside a profile are not searched (its rank
+    folders are its own)."""
+    found: list[Path] = []
+    level = [path]
+    for _ in range(depth):
+        deeper: list[Path] = []
+        for folder in level:
+            try:
+                subs = sorted(
+                    p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+                )
+            except OSError:
+                continue
+            for sub in subs:
+                (found if is_profile(sub) else deeper).append(sub)
+        level = deeper
+    return sorted(found)
 
 
 def analyze(
@@ -236,6 +274,7 @@ def _profile_info(
         "soc_version": meta.get("soc_version"),
         "status": {r: d.meta.get("status") for r, d in per_rank.items()},
         "host_time": meta.get("host_time"),
+        "source_format": meta.get("source_format"),
         "step_source": focus.step_source,
         "steps_analysed": [int(s) for s in focus.steps["step"]],
         "warmup_skipped": focus.warmup_skipped,

@@ -78,6 +78,7 @@ OP_COLUMNS = [
     "sequence",
     "module_path",
     "stack",
+    "parent_id",
 ]
 
 
@@ -210,6 +211,27 @@ def share_of(part: Any, whole: float) -> Any:
     if isinstance(part, pd.Series):
         return pd.Series(out, index=part.index)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def op_self_ns(ops: pd.DataFrame) -> np.ndarray:
+    """Self host time of each op of ``ops`` (its span less the spans of the ops of ``ops``
+    nested directly in it, by ``parent_id``; never below 0): summed over ops it counts every
+    nanosecond once, where the spans of nested ops (an imported ``aten::linear`` around its
+    ``aten::addmm``) count it at every level. Ops without ``parent_id``: their spans."""
+    span = (ops["end_ns"] - ops["start_ns"]).to_numpy(dtype=np.int64)
+    if "parent_id" not in ops.columns or not len(ops):
+        return span
+    parent = ops["parent_id"].to_numpy(dtype=np.int64)
+    nested = parent >= 0
+    if not nested.any():
+        return span
+    ids = pd.Index(ops["event_id"].to_numpy())
+    if not ids.is_unique:  # several ranks at once: nesting is per rank, leave the spans
+        return span
+    at = ids.get_indexer(parent[nested])
+    ok = at >= 0
+    children = np.bincount(at[ok], weights=span[nested][ok], minlength=len(ops))
+    return np.maximum(span - children.astype(np.int64), 0)
 
 
 def load_spec(meta: dict[str, Any]) -> tuple[DeviceSpec | None, str]:

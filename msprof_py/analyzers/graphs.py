@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import ampplan
-from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.context import RankData, op_self_ns
 from msprof_py.profile.graphs import op_graphs, task_graphs
 
 GRAPH_COLUMNS = [
@@ -77,7 +77,7 @@ def split(data: RankData) -> dict[str, Any]:
     kernel = data.kernel_mask
     ops = data.host_ops
     op_in = _op_graph(data) != ""
-    host_ns = (ops["end_ns"] - ops["start_ns"]).to_numpy(dtype=float)
+    host_ns = op_self_ns(ops).astype(float)  # nested ops (imported traces) counted once
     device_in, device_out = float(dur[inside].sum()), float(dur[~inside].sum())
     host_in, host_out = float(host_ns[op_in].sum()), float(host_ns[~op_in].sum())
     host_opt = float(host_ns[~op_in & ampplan.in_optimizer(data, ops)].sum())

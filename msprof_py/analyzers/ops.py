@@ -4,6 +4,10 @@ Device ops are the tasks of the analysed steps that occupy the device (kernels, 
 memsets, collectives; event records and waits are not work). ``share_of_step`` is an op's total
 device time over the analysed steps' total (host) step time; ``share_of_device`` over the total
 device time of all ops.
+
+Host ops: ``host_total_ns`` is the ops' spans (an op nested in another, as imported traces
+record ``aten::addmm`` inside ``aten::linear``, counts in both); ``host_self_ns`` leaves out the
+spans of the ops nested in each (summed over the table it counts every host nanosecond once).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers.context import RankData, share_of
+from msprof_py.analyzers.context import RankData, op_self_ns, share_of
 
 WORK_KINDS = ("kernel", "memcpy", "memset", "collective")
 STATS = ["count", "total_ns", "mean_ns", "min_ns", "max_ns"]
@@ -31,6 +35,7 @@ HOST_COLUMNS = [
     "name",
     "count",
     "host_total_ns",
+    "host_self_ns",
     "host_mean_ns",
     "host_max_ns",
     "launches",
@@ -84,12 +89,15 @@ def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
 
 
 def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
-    """Host ops by host time: how long the op took on the host, its launches and device time."""
+    """Host ops by host time: how long the op took on the host (its span, and its self time
+    without the ops nested in it), its launches and device time."""
     host = data.host
-    ops = data.host_ops[["event_id", "name", "start_ns", "end_ns"]]
+    ops = data.host_ops
     if ops.empty:
         return pd.DataFrame(columns=HOST_COLUMNS)
-    ops = ops.assign(host_ns=ops["end_ns"] - ops["start_ns"])
+    self_ns = op_self_ns(ops)
+    ops = ops[["event_id", "name", "start_ns", "end_ns"]]
+    ops = ops.assign(host_ns=ops["end_ns"] - ops["start_ns"], self_ns=self_ns)
     is_launch = ((host["kind"] == "launch") & (host["parent_id"] >= 0)).to_numpy()
     launch_op = host["parent_id"].to_numpy()[is_launch]
     launch_ns = (host["end_ns"] - host["start_ns"]).to_numpy()[is_launch]
@@ -125,6 +133,7 @@ def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
         {
             "count": g.size(),
             "host_total_ns": g["host_ns"].sum(),
+            "host_self_ns": g["self_ns"].sum(),
             "host_max_ns": g["host_ns"].max(),
             "launches": g["launches"].sum().astype("int64"),
             "launch_total_ns": g["launch_ns"].sum().astype("int64"),

@@ -449,7 +449,7 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     mem = memory.summary(data, ctx.batch_size, limit)
     batch, scale = mem.get("batch_size"), mem.get("max_batch_scale")
     if scale is None:
-        raise Skip("device memory was not recorded (the batch that fits is unknown)")
+        raise Skip(_no_batch_scale(data, mem))
     if not batch:
         raise Skip("the batch size is unknown (no host-to-device input copy; pass --batch-size)")
     fits = math.floor(batch * scale)
@@ -488,6 +488,22 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     evidence.update(modelled_step_us=us(new_step), modelled_throughput=then)
     evidence["apply"] = {"batch_size": best}
     return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
+
+
+def _no_batch_scale(data: RankData, mem: dict) -> str:
+    """Why the largest batch that fits in memory is unknown (``memory.summary`` gave none)."""
+    if not mem.get("available"):
+        return "device memory was not recorded (the batch that fits is unknown)"
+    if mem.get("capacity_bytes") is None:
+        why = data.spec_error or "the device spec is unknown"
+        return (
+            f"the device's memory capacity is unknown ({why}): the batch that fits cannot be "
+            "computed from the recorded memory"
+        )
+    return (
+        "allocated memory did not grow in the analysed steps (no activation memory): the "
+        "batch that fits is unknown"
+    )
 
 
 def memory_near_capacity(ctx: RuleContext, spec: RuleSpec) -> Finding:

@@ -15,7 +15,9 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
                     ratio_to_median, kept), outlier_reference_ns (the median they are
                     compared with), optimizers_per_step (distinct optimizers ending steps,
                     or null), steps_from (the recording's ``--steps-from``), notes (text
-                    lines the reader must see: outliers, several optimizers per iteration)
+                    lines the reader must see: outliers, several optimizers per iteration),
+                    source_format (the importer that read a profile msprof-py did not
+                    record: ascend_pt, msprof_prof, kineto; null for msprof-py's own)
 ``headline``        the focus rank's headline numbers (see :func:`headline`); since 2:
                     median_step_us, outlier_steps, comm_not_overlapped_share (computing +
                     it + free = 1), estimated_gain_model (``bound``), estimated_gain_basis,

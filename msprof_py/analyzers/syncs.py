@@ -3,17 +3,25 @@
 Every host ``sync`` span is one point. Its kind comes from the op that made it (the span's
 parent) and the span's name:
 
-* ``synchronize``: an explicit ``torch.npu.synchronize()`` / stream or event synchronize;
-* ``.item()``: a value read back (``aten::_local_scalar_dense``);
+* ``synchronize``: an explicit ``torch.npu.synchronize()`` / stream or event synchronize
+  (CANN's ``aclrtSynchronize*``; in imported CUDA traces ``cudaStreamSynchronize``,
+  ``cudaDeviceSynchronize``, ``cudaEventSynchronize`` and the driver's ``cu*Synchronize``);
+* ``.item()``: a value read back (``aten::_local_scalar_dense``: the sync's name or its op);
 * ``pageable copy``: a copy from or to pageable host memory, which blocks until it is done;
-* ``blocking copy``: another copy the host waits for (``.cpu()``, ``non_blocking=False``);
+* ``blocking copy``: another copy the host waits for (``.cpu()``, ``non_blocking=False``; in
+  CUDA traces also a synchronous ``cudaMemcpy`` call, which returns when its copy is done);
 * ``queue full``: the host ran ahead of the device and waited for room in a full stream or
   task queue (back-pressure, not a sync the script asked for: a loop without any sync that
   keeps the device busy shows these);
 * ``other``: anything else.
+
+A device-side wait (``aclrtStreamWaitEvent``, ``cudaStreamWaitEvent``: one stream waits for
+another's event) does not block the host: it is no sync point.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -24,6 +32,17 @@ from msprof_py.analyzers.modules import module_labels
 KINDS = ("synchronize", ".item()", "pageable copy", "blocking copy", "other", "queue full")
 #: the runtime's names of the waits for room in a full queue
 QUEUE_FULL = ("stream queue full", "task queue full")
+#: explicit synchronisations: CANN's, the CUDA runtime's and the CUDA driver's
+EXPLICIT = re.compile(
+    r"^(?:aclrtSynchronize|cuda(?:Stream|Device|Event|Thread|Ctx)Synchronize"
+    r"|cu(?:Stream|Event|Ctx)Synchronize)"
+)
+#: synchronous copies of the CUDA runtime and driver (not ``...Async``): the host waits
+BLOCKING_COPY = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
+#: device-side waits: a stream waits for an event, the host does not
+DEVICE_WAIT = re.compile(r"StreamWaitEvent|StreamWaitValue")
+#: ops that read one value back (``Tensor.item()``)
+VALUE_READ_OPS = re.compile(r"_local_scalar_dense|^aten::item$")
 SUMMARY_COLUMNS = [
     "rank",
     "kind",
@@ -45,6 +64,7 @@ def points(data: RankData) -> pd.DataFrame:
         return cached
     host = data.host
     syncs = host[host["kind"] == "sync"]
+    syncs = syncs[~syncs["name"].astype(str).str.contains(DEVICE_WAIT).to_numpy(bool)]
     ops = data.all_host_ops.set_index("event_id")
     parent = syncs["parent_id"].to_numpy()
     op_name = ops["name"].reindex(parent).astype(object).fillna("").to_numpy()
@@ -56,11 +76,14 @@ def points(data: RankData) -> pd.DataFrame:
     pinned = copies["pinned"].reindex(parent).fillna(True).astype(bool).to_numpy()
     name = syncs["name"].astype(object).astype(str)
     kind = np.full(len(syncs), KINDS[4], dtype=object)
+    kind[name.str.contains(BLOCKING_COPY).to_numpy(bool)] = KINDS[3]
     kind[has_copy] = KINDS[3]
     kind[has_copy & ~pinned] = KINDS[2]
     item = (name.str.contains("item()", regex=False) | name.str.contains("local_scalar")).to_numpy()
+    by_op = pd.Series(op_name, dtype=object).astype(str).str.contains(VALUE_READ_OPS)
+    item = item | by_op.to_numpy(bool)
     kind[item] = KINDS[1]
-    explicit = name.str.startswith("aclrtSynchronize").to_numpy()
+    explicit = name.str.contains(EXPLICIT).to_numpy(bool)
     kind[explicit & ~has_copy & ~item] = KINDS[0]
     kind[name.isin(QUEUE_FULL).to_numpy()] = KINDS[5]
     out = pd.DataFrame(
@@ -91,8 +114,12 @@ def value_read_copy_ns(data: RankData) -> float:
     reads made: each read queues a small device-to-host copy of its own, which goes away with
     the read when it is deferred."""
     host = data.host
-    reads = host[
-        (host["kind"] == "sync") & (host["name"].astype(str).str.contains("item()", regex=False))
+    syncs = host[host["kind"] == "sync"]
+    ops = data.all_host_ops.set_index("event_id")["name"]
+    by_op = ops.reindex(syncs["parent_id"].to_numpy()).astype(object).fillna("").astype(str)
+    reads = syncs[
+        syncs["name"].astype(str).str.contains("item()", regex=False).to_numpy(bool)
+        | by_op.str.contains(VALUE_READ_OPS).to_numpy(bool)
     ]
     tasks = data.tasks
     copies = tasks[(tasks["kind"] == MEMCPY) & tasks["host_op_id"].isin(reads["parent_id"])]

@@ -228,18 +228,43 @@ def comparability(
             f"{', '.join(sorted(programs[1]))} (a diff of two programs compares more than a "
             "change)"
         )
-    host = ({f.host_time for f in base.values()}, {f.host_time for f in new.values()})
-    if host[0] != host[1]:
-        warnings.append(
-            f"host time is {'/'.join(sorted(host[0]))} in {b} and {'/'.join(sorted(host[1]))} "
-            f"in {n}: step times are not measured the same way"
+    warnings += _host_time_warnings(base, new, b, n)
+    return reasons, warnings
+
+
+def _host_time_warnings(
+    base: dict[int, GateFigures], new: dict[int, GateFigures], b: str, n: str
+) -> list[str]:
+    """What the two profiles' host time means for their step times (modelled, measured by
+    ``--host-time measured``, or measured by the profiler an imported profile came from)."""
+
+    def how(figs: dict[int, GateFigures]) -> str:
+        imported = sorted({f.source_format for f in figs.values() if f.imported})
+        if imported:
+            return f"measured (an imported {'/'.join(imported)} profile)"
+        return "/".join(sorted({f.host_time for f in figs.values()}))
+
+    said = (how(base), how(new))
+    if said[0] != said[1] and not all(s.startswith("measured") for s in said):
+        return [
+            f"host time is {said[0]} in {b} and {said[1]} in {n}: step times are not measured "
+            "the same way"
+        ]
+    if any(f.imported for f in [*base.values(), *new.values()]):
+        where = (
+            f"{said[0]} in both" if said[0] == said[1] else f"{said[0]} in {b}, {said[1]} in {n}"
         )
-    elif "measured" in host[0]:
-        warnings.append(
+        return [
+            f"host time is {where}: the imported times were measured on the run (no "
+            "--host-time applies), so the diff compares measured times, run-to-run noise "
+            "included"
+        ]
+    if said[0] == "measured":
+        return [
             "both profiles were recorded with --host-time measured: their step times include "
             "wall-clock noise"
-        )
-    return reasons, warnings
+        ]
+    return []
 
 
 def diff_figures(

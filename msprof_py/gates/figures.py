@@ -42,14 +42,23 @@ class GateFigures:
     op_type_time_ms: dict[str, float] = field(default_factory=dict)
     op_type_count_per_step: dict[str, float] = field(default_factory=dict)
     host_time: str = "modeled"
+    #: the importer that read the profile (``kineto``, ``ascend_pt`` ...), "" when msprof-py
+    #: recorded it: an imported profile's times were measured on the run
+    source_format: str = ""
     device: str = ""
     #: the command the profile recorded (``python train.py --lr 0.1``)
     command: str = ""
 
     @property
+    def imported(self) -> bool:
+        """Whether msprof-py did not record the profile (an importer read it)."""
+        return bool(self.source_format)
+
+    @property
     def deterministic(self) -> bool:
-        """Whether the figures are exact (host time modelled, not measured)."""
-        return self.host_time == "modeled"
+        """Whether the figures are exact (host time modelled, not measured; an imported
+        profile's times are always measured)."""
+        return self.host_time == "modeled" and not self.imported
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-safe dict."""
@@ -105,7 +114,8 @@ def figures(analysis: Analysis, rank: int | None = None) -> GateFigures:
         sync_time_ms=ms(sync["total_ns"].sum()) if len(sync) else 0.0,
         op_type_time_ms={str(k): ms(v) for k, v in per_type["total_ns"].items()},
         op_type_count_per_step={str(k): float(v) / n_steps for k, v in per_type["count"].items()},
-        host_time=str(meta_host_time),
+        host_time="measured" if analysis.profile.get("source_format") else str(meta_host_time),
+        source_format=str(analysis.profile.get("source_format") or ""),
         device=str(analysis.profile.get("device") or ""),
         command=str(analysis.profile.get("command") or ""),
     )

@@ -59,7 +59,15 @@ class GateResult:
 
 
 def noisy_warning(figs: dict[int, GateFigures], what: str) -> list[str]:
-    """A warning when ``figs`` were recorded with measured (wall-clock) host time."""
+    """A warning when ``figs`` were recorded with measured (wall-clock) host time, or were
+    imported (a foreign profiler's times are measured)."""
+    imported = sorted({f.source_format for f in figs.values() if f.imported})
+    if imported:
+        return [
+            f"{what} is an imported {'/'.join(imported)} profile: its times were measured on "
+            "the run, so the gates on time (step, host and sync time) compare measured times "
+            "with their run-to-run noise; give those limits headroom"
+        ]
     if any(not f.deterministic for f in figs.values()):
         return [
             f"{what} was recorded with --host-time measured: its figures include wall-clock "

@@ -20,8 +20,12 @@ What becomes what:
   ``user_annotation`` -> ``annotation`` (``ProfilerStep#N`` included); ``python_function`` ->
   ``python``; ``cuda_runtime`` / ``cuda_driver`` / ``runtime`` -> ``launch`` when it launched a
   device task of the trace (or its name is a launch, copy or memset call), ``sync`` for the
-  ``...Synchronize`` calls, ``api`` otherwise. A launch's or sync's ``parent_id`` is the
-  innermost ``cpu_op`` enclosing it on its thread; ``thread`` is Kineto's ``tid``.
+  ``...Synchronize`` calls and the synchronous copies (``cudaMemcpy``, not ``...Async``: the
+  host waits for the copy; still linked to its copy task), ``api`` otherwise. A launch's or
+  sync's ``parent_id`` is the innermost ``cpu_op`` enclosing it on its thread, and so is an
+  op's (nested ops: ``aten::linear`` around ``aten::addmm``; from the time nesting per
+  thread, :mod:`msprof_py.importers.nesting`), so that self times add up; ``thread`` is
+  Kineto's ``tid``.
 * **tasks**: ``kernel`` -> kind ``kernel``; ``gpu_memcpy`` -> ``memcpy`` (``copy_kind`` from
   the name ``Memcpy HtoD/DtoH/DtoD``, ``pinned`` when the name says ``Pinned`` or the copy is
   device to device; ``op_type`` ``MEMCPY_H2D`` / ``MEMCPY_D2H`` / ``MEMCPY_D2D``);
@@ -78,9 +82,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from msprof_py.importers import Importer, build_profile, register
+from msprof_py.importers.nesting import enclosing
 from msprof_py.profile.load import Profile, ProfileError
 from msprof_py.profile.schema import NO_ID
 
@@ -100,6 +106,8 @@ STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 #: runtime calls that submit device work (a launch even when the trace lacks the task)
 LAUNCH_NAME = re.compile(r"launch|memcpy|memset", re.IGNORECASE)
 SYNC_NAME = re.compile(r"synchronize", re.IGNORECASE)
+#: synchronous copies (not ``...Async``): the call returns when the copy is done
+BLOCKING_COPY_NAME = re.compile(r"^(?:cudaMemcpy|cuMemcpy)(?!.*Async)")
 #: kernels of the matrix engine (tensor cores): the analysers' cube
 MATRIX_NAME = re.compile(r"gemm|conv|cutlass|xmma|wgmma|mma|cublas|cudnn|flash|attention", re.I)
 COLLECTIVES = (
@@ -508,7 +516,9 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
             for k, v in by.items()
         }
 
-    op_spans = spans(r for r in host if r["kind"] == "op")
+    op_rows = [r for r in host if r["kind"] == "op"]
+    op_spans = spans(op_rows)
+    _nest_ops(op_rows)
     call_spans = spans(host[i] for i in runtime)
     dev_spans: dict[tuple[str, str], Spans] = {}
     by_dev: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -552,6 +562,9 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
             r["kind"] = "launch"
     for call in launch_of.values():
         host[call]["kind"] = "launch"
+    for i in runtime:  # a synchronous copy returns when its copy is done: the host waited
+        if BLOCKING_COPY_NAME.search(host[i]["name"]):
+            host[i]["kind"] = "sync"
     for i in runtime:
         r = host[i]
         if r["kind"] in ("launch", "sync") and r["key"] in op_spans:
@@ -597,6 +610,18 @@ def convert(doc: dict[str, Any], file: Path, origin: int) -> _Rank:
         ),
     }
     return _Rank(meta, tables, notes)
+
+
+def _nest_ops(ops: list[dict[str, Any]]) -> None:
+    """Set each op's ``parent_id`` to the op enclosing it on its thread (in place)."""
+    if not ops:
+        return
+    threads: dict[tuple[str, str], int] = {}
+    tids = np.array([threads.setdefault(r["key"], len(threads)) for r in ops], dtype=np.int64)
+    starts = np.array([r["start_ns"] for r in ops], dtype=np.int64)
+    ends = np.array([r["end_ns"] for r in ops], dtype=np.int64)
+    for r, at in zip(ops, enclosing(tids, starts, ends).tolist(), strict=True):
+        r["parent_id"] = ops[at]["event_id"] if at >= 0 else NO_ID
 
 
 def _tasks(
@@ -735,4 +760,4 @@ def load(path: Path) -> Profile:
     return build_profile(path, ranks_out, notes)
 
 
-register(Importer(NAME, detect, load))
+register(Importer(NAME, detect, load, "*.pt.trace.json[.gz] and */*.pt.trace.json[.gz]"))

@@ -160,6 +160,15 @@ def raw_folders(path: Path) -> list[Path]:
     return found
 
 
+def looked_for() -> str:
+    """What :func:`load` looks for at a path, for the "no profile here" messages: msprof-py's
+    raw folders and each importer's files."""
+    from msprof_py.importers import importers
+
+    foreign = "".join(f"; {i.name}: {i.looks_for or 'its files'}" for i in importers())
+    return f"msprof-py's {META_FILE}, {RAW_DIR}/ and */{RAW_DIR}/{foreign}"
+
+
 def _neutral(table: str, column: pa.Field, rows: int) -> pa.Array:
     """A column the part was written without (an older format): its neutral value."""
     return pa.repeat(pa.scalar(default_row(table)[column.name], column.type), rows)
@@ -373,16 +382,12 @@ def load(
         raise ProfileError(f"{path}: no such file or directory")
     folders = raw_folders(path)
     if not folders:
-        from msprof_py.importers import find, importers
+        from msprof_py.importers import find
 
         importer = find(path)
         if importer is not None:
             return importer.load(path)
-        foreign = "".join(f"; {i.name}: {i.looks_for or 'its files'}" for i in importers())
-        raise ProfileError(
-            f"{path}: no profile here (looked for msprof-py's {META_FILE}, {RAW_DIR}/ and "
-            f"*/{RAW_DIR}/{foreign})"
-        )
+        raise ProfileError(f"{path}: no profile here (looked for {looked_for()})")
     meta: dict[int, dict[str, Any]] = {}
     notes: list[str] = []
     opened = []

@@ -111,7 +111,12 @@ HOST_EVENTS = Table(
         Column("thread", _I64, "OS thread id of the caller (0 for device-runtime spans)"),
         Column("stream_id", _I32, "stream of a launch or sync, else -1"),
         Column("task_id", _I64, "task a launch submitted, else -1"),
-        Column("parent_id", _I64, "event_id of the op that made this launch/sync, else -1"),
+        Column(
+            "parent_id",
+            _I64,
+            "event_id of the op that made this launch/sync (of an op: the op enclosing it, "
+            "imported profiles' nested ops), else -1",
+        ),
         Column("step", _I32, "training step, or -1"),
         Column("input_shapes", _STR, "ops: input shapes"),
         Column("input_dtypes", _STR, "ops: input dtypes"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from import_helpers import check_finite_shares
 from kineto_fixture import BUSY, GPU_NAME, SGEMM, STEPS, TASKS, trace, write
 
 import msprof_py
@@ -172,6 +173,13 @@ def test_cuda_trace_analysis_counts_kernels_as_device_busy(cuda_trace: Path) -> 
     fusion = a.finding("fusion_matmul_epilogue")
     assert fusion.status == "skipped" and GPU_NAME in fusion.message
     assert a.finding("slow_rank").status == "skipped"
+    # memory recorded, but a GPU has no device spec: what is unknown is its capacity
+    low = a.finding("low_utilisation")
+    assert low.status == "skipped"
+    assert "memory capacity is unknown" in low.message and "not a preset" in low.message
+    assert "was not recorded" not in low.message
+    # the document --json writes: no NaN/inf, every share in [0, 1]
+    assert check_finite_shares(a.to_json()) > 10
 
 
 # ---- the CLI --------------------------------------------------------------------------------
@@ -202,6 +210,9 @@ def test_msprof_gate_and_diff_on_traces(cuda_trace: Path, tmp_path: Path) -> Non
     assert init.exit_code == 0, init.output
     gate = CliRunner().invoke(main, ["gate", str(cuda_trace), "--budget", str(budget)])
     assert gate.exit_code == 0, gate.output
+    # an imported profile's times are measured: no --host-time advice that cannot apply
+    assert "--host-time" not in gate.stderr
+    assert "imported kineto profile" in gate.stderr and "measured" in gate.stderr
     slower = trace()
     for e in slower["traceEvents"]:
         if e.get("name") == SGEMM:
@@ -209,6 +220,8 @@ def test_msprof_gate_and_diff_on_traces(cuda_trace: Path, tmp_path: Path) -> Non
     new = write(tmp_path / "new.pt.trace.json", slower)
     diff = CliRunner().invoke(main, ["diff", str(cuda_trace), str(new), "--json"])
     assert diff.exit_code == 0, diff.output
+    assert "--host-time measured" not in diff.stderr
+    assert "imported kineto profile" in diff.stderr and "measured times" in diff.stderr
     doc = json.loads(diff.stdout)
     assert "ampere_sgemm" in json.dumps(doc)
     over = CliRunner().invoke(main, ["gate", str(new), "--budget", str(budget)])
