@@ -254,8 +254,8 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
     h = host[host["rank"] == rank]
     lanes: list[Lane] = []
     ops = h[h["kind"].astype(str).isin(THREAD_KINDS)]
-    roles = thread_roles(ops)
-    for thread, role in sorted(roles.items(), key=lambda kv: (kv[1] != "main thread", 0)):
+    roles = thread_roles(ops, profile.thread_names(rank))
+    for thread, role in roles.items():  # main thread first
         mine = ops[ops["thread"] == thread]
         spans = pd.DataFrame(
             {

@@ -100,7 +100,10 @@ def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
     assert len(backward) == 1 and ops["thread"].nunique() == 2  # forward + autograd thread
     # the default device runs with the task queue on: launches on its stage-2 thread
     assert profile.meta[0]["device_spec"]["dispatch"]["task_queue"]["value"] is True
-    assert lanes == ["main thread", "autograd thread", "task-queue stage 2"] + [
+    # host lanes by the threads' recorded names (the autograd engine's thread by its OS name)
+    main = ops[~ops["thread"].isin(backward)]["thread"].iloc[0]
+    assert profile.thread_names(0) == {int(main): "MainThread", int(backward[0]): "pt_autograd_0"}
+    assert lanes == ["MainThread", "pt_autograd_0", "task-queue stage 2"] + [
         f"stream {s} · compute" for s in streams
     ]
     fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
@@ -380,8 +383,8 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
     for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
         assert fig in facts["figures"], fig
     assert set(facts["ticks"]) == {
-        "main thread",
-        "autograd thread",
+        "MainThread",
+        "pt_autograd_0",
         "task-queue stage 2",
         "stream 0 · compute",
     }
