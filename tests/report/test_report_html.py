@@ -559,7 +559,29 @@ def test_browser_bins_split_on_zoom(
     page.mouse.move(x, py, steps=3)
     page.mouse.click(x, py)
     page.wait_for_selector("#tl-details:not([hidden])", timeout=30_000)
-    assert f"Selected: {k['name']} (cube) on {lane}" in page.locator("#tl-details").inner_text()
+    page.wait_for_timeout(300)
+    details = page.locator("#tl-details").inner_text()
+    assert f"Selected: {k['name']} (cube) on {lane}" in details
+    # as on a lane drawn span by span: its launch and op (spans drawn from detail data too),
+    # an arrow from the launch to it
+    h = profile.host_events
+    launch = h[(h["kind"] == "launch") & (h["task_id"] == k["task_id"])].iloc[0]
+    op = h[h["event_id"] == k["host_op_id"]].iloc[0]
+    assert f"Launched by: {launch['name']} (launch) on launches at " in details
+    assert f"Op: {op['name']} (host op) on main thread at " in details
+    assert "Op module: Model/Block" in details
+    flows = page.evaluate(
+        "() => document.getElementById('fig-timeline').layout.annotations"
+        ".filter((a) => a.name === 'flow')"
+    )
+    assert len(flows) == 1 and flows[0]["x"] == pytest.approx(s, abs=1e-3)
+    assert flows[0]["ax"] == pytest.approx((launch["end_ns"] - origin) / 1e3, abs=1e-3)
+    # the op's link in the panel selects the op: it lists the kernel it launched
+    page.locator("#tl-details a.tl-jump", has_text="(host op)").first.click()
+    page.wait_for_timeout(500)
+    details = page.locator("#tl-details").inner_text()
+    assert f"Selected: {op['name']} (host op) on main thread" in details
+    assert "Kernels launched: 1" in details and f"kernel: {k['name']} (cube) on {lane}" in details
     page.locator("#timeline").screenshot(path=str(artefacts / "timeline-detail.png"))
     # zoomed out again: bins
     _zoom(page, 0, (t["end_ns"].max() - origin) / 1e3)
