@@ -9,9 +9,11 @@ kept; outside it nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -21,6 +23,7 @@ from msprof_py.collectors.stacks import StackRecorder
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
 from msprof_py.device import GraphRecord, HostKind, HostRecord, MemoryRecord, TaskRecord
 from msprof_py.device.records import Record
+from msprof_py.profile.meta import THREAD_NAME_LIMIT
 from msprof_py.profile.schema import NO_ID
 from msprof_py.profile.writer import RawWriter
 
@@ -106,6 +109,19 @@ def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, in
     )
 
 
+def thread_name() -> str:
+    """The calling thread's name: its ``threading`` name (MainThread, ``Thread-2
+    (_pin_memory_loop)`` ...), or for a thread Python did not start (the autograd engine's
+    device thread shows as ``Dummy-1``) the name the OS knows it by (``pt_autograd_0``)."""
+    current = threading.current_thread()
+    name = current.name
+    if isinstance(current, threading._DummyThread):
+        with contextlib.suppress(OSError):
+            comm = Path(f"/proc/self/task/{threading.get_native_id()}/comm")
+            name = comm.read_text(encoding="utf-8", errors="replace").strip() or name
+    return name[:THREAD_NAME_LIMIT]
+
+
 class Recorder:
     """Records one process's device activity into a raw profile."""
 
@@ -130,9 +146,16 @@ class Recorder:
         #: the ``thread`` column: OS thread idents, or (``logical_threads``, for deterministic
         #: runs) 1, 2, ... in the order threads first record something
         self._thread: Callable[[], int] = (
-            self._logical_thread if logical_threads else threading.get_ident
+            self._logical_thread if logical_threads else self._os_thread
         )
         self._thread_ids: dict[int, int] = {}
+        #: the name of every thread that recorded something, by its ``thread`` column value
+        #: (a string: meta.json lists it as ``threads``); replaced, never changed in place, so
+        #: a flush writing meta.json on another thread never sees it change under it
+        self.thread_names: dict[str, str] = {}
+        self._meta: dict | None = getattr(writer, "meta", None)
+        if self._meta is not None:
+            self._meta["threads"] = self.thread_names
         self._flushed_a_step = False
         self._clock = clock
         self.warmup = warmup
@@ -243,7 +266,22 @@ class Recorder:
         logical = self._thread_ids.get(ident)
         if logical is None:
             logical = self._thread_ids[ident] = len(self._thread_ids) + 1
+            self._name_thread(logical)
         return logical
+
+    def _os_thread(self) -> int:
+        ident = threading.get_ident()
+        if ident not in self._thread_ids:  # once per thread: its name
+            self._thread_ids[ident] = ident
+            self._name_thread(ident)
+        return ident
+
+    def _name_thread(self, thread: int) -> None:
+        """Note the calling thread's name under its ``thread`` column value."""
+        names = {**self.thread_names, str(thread): thread_name()}
+        self.thread_names = names
+        if self._meta is not None:
+            self._meta["threads"] = names
 
     def op_end(self) -> None:
         """The op returned."""

@@ -54,7 +54,15 @@ def _rank_chunks(profile: Profile, rank: int, label: str) -> list[Text]:
 
     threads = sorted(set(h["thread"].tolist()))
     tid_of = {thread: i + 1 for i, thread in enumerate(threads)}
-    names = [(tid_of[th], "Runtime" if th == 0 else f"Thread {th}", tid_of[th]) for th in threads]
+    recorded = profile.thread_names(rank)
+
+    def thread_label(thread: int) -> str:
+        if thread == 0:
+            return "Runtime"
+        name = recorded.get(int(thread))
+        return f"{name} ({thread})" if name else f"Thread {thread}"
+
+    names = [(tid_of[th], thread_label(th), tid_of[th]) for th in threads]
     chunks = [
         metadata(host_pid, f"Host{label}", None, host_pid),
         thread_metadata(host_pid, [(STEPS_TID, "Steps", 0), *names]),

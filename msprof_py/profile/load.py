@@ -109,6 +109,13 @@ class Profile:
         """The kernels each graph plan launches."""
         return self.table("graph_kernels")
 
+    def thread_names(self, rank: int) -> dict[int, str]:
+        """The name of each host thread of ``rank`` that recorded something (``MainThread``,
+        ``pt_autograd_0`` ...), by its ``host_events.thread`` value; empty for a profile
+        recorded before names were (readers then guess a thread's role from its ops)."""
+        names = self.meta.get(rank, {}).get("threads") or {}
+        return {int(thread): str(name) for thread, name in names.items()}
+
     def __repr__(self) -> str:
         """One line, whatever the size of the profile (a REPL prints it)."""
         statuses = sorted({str(m.get("status", "?")) for m in self.meta.values()})

@@ -101,6 +101,21 @@ def _rows(value: Any) -> str | None:
     return None
 
 
+#: the longest thread name kept (an OS name is at most 15 characters, a Python one any length)
+THREAD_NAME_LIMIT = 200
+
+
+def _threads(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be an object of thread id = name, got {_shown(value)}"
+    for thread, name in value.items():
+        if not thread.isdecimal():
+            return f"names a thread {thread!r} that is not a thread id (a whole number)"
+        if not isinstance(name, str) or len(name) > THREAD_NAME_LIMIT:
+            return f"entry {thread!r} must be a name of at most {THREAD_NAME_LIMIT} characters"
+    return None
+
+
 _PART_KEYS = {"file": _str, "rows": _int(), "bytes": _int(), "crc32": _int(0, 2**32 - 1)}
 
 
@@ -162,6 +177,7 @@ KEYS: dict[str, Callable[[Any], str | None]] = {
     "recording_error": _str,
     "rows": _rows,
     "parts": _parts,
+    "threads": _threads,
     CHECKSUM_KEY: _str,
 }
 REQUIRED = ("rank",)

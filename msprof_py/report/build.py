@@ -463,7 +463,7 @@ def _lane_of(
     key = ("threads", rank)
     if key not in cache:
         h = profile.host_events
-        cache[key] = thread_roles(h[h["rank"] == rank])
+        cache[key] = thread_roles(h[h["rank"] == rank], profile.thread_names(rank))
     roles: dict[int, str] = cache[key]
     return prefix + roles.get(int(row["thread"]), "")
 

@@ -103,37 +103,45 @@ def stream_role(t: pd.DataFrame) -> str:
     return "compute"
 
 
-def thread_roles(h: pd.DataFrame) -> dict[int, str]:
-    """A name for each host thread that ran ops: the main thread (the most forward ops),
-    the autograd thread (backward ops), the DataLoader pin thread (pin_memory), the device
-    runtime (thread 0), else ``thread N`` in order of first appearance.
+def thread_roles(h: pd.DataFrame, names: dict[int, str] | None = None) -> dict[int, str]:
+    """A lane name for each host thread that ran ops, main thread first.
 
-    Guesses: the recorder stores each event's thread id, not the thread's name, so a role is
-    read off what the thread ran (a collector recording ``threading`` names would let this
-    name them for certain)."""
+    ``names``: the threads' recorded names (:meth:`Profile.thread_names`: ``MainThread``,
+    ``pt_autograd_0``, ``Thread-2 (_pin_memory_loop)`` ...), used as they are. A thread without
+    one (a profile recorded before names were) gets a role read off what it ran: the main
+    thread (the most forward ops), the autograd thread (backward ops), the DataLoader pin
+    thread (pin_memory), the device runtime (thread 0), else ``thread N`` in order of first
+    appearance. Two threads of one name are told apart by a number (``name 2``)."""
     ops = h[h["kind"].astype(str).isin(THREAD_KINDS)]
     if ops.empty:
         return {}
-    names = ops["name"].astype(str).str.lower()
-    backward = names.str.contains("backward", regex=False)
+    names = names or {}
+    lowered = ops["name"].astype(str).str.lower()
+    backward = lowered.str.contains("backward", regex=False).to_numpy()
+    lowered_values = lowered.to_numpy()
     threads = ops["thread"].to_numpy()
     order = list(dict.fromkeys(threads.tolist()))
-    forward = pd.Series(~backward.to_numpy()).groupby(threads).sum()
-    main = int(forward.reindex(order).idxmax()) if forward.max() > 0 else order[0]
+    named_main = [t for t in order if names.get(int(t)) == "MainThread"]
+    forward = pd.Series(~backward).groupby(threads).sum()
+    if named_main:
+        main = named_main[0]
+    else:
+        main = int(forward.reindex(order).idxmax()) if forward.max() > 0 else order[0]
+    order.sort(key=lambda thread: thread != main)  # stable: the rest in order of appearance
     roles: dict[int, str] = {}
     used: dict[str, int] = {}
     others = 0
     for thread in order:
         mine = threads == thread
-        if thread == main:
+        if int(thread) in names:
+            role = names[int(thread)]
+        elif thread == main:
             role = "main thread"
         elif thread == 0:
             role = "runtime"
-        elif backward.to_numpy()[mine].any():
+        elif backward[mine].any():
             role = "autograd thread"
-        elif names.to_numpy()[mine].astype(str).tolist() and any(
-            "pin_memory" in n for n in names.to_numpy()[mine]
-        ):
+        elif any("pin_memory" in n for n in lowered_values[mine]):
             role = "DataLoader pin thread"
         else:
             others += 1

@@ -65,32 +65,43 @@ def _esc(values: pd.Series) -> pd.Series:
     return values.fillna("").astype(str).map(html.escape)
 
 
+#: hover texts are stored without markup (each "<" costs 6 characters in the page's JSON): the
+#: name, a tab, the rest of the first line, then lines split by "\n"; the page makes the name
+#: bold and the breaks ``<br>`` (:func:`hover_html` does the same, for tests)
+HOVER_NAME_END, HOVER_BREAK = "\t", "\n"
+
+
+def hover_html(text: str) -> str:
+    """A stored hover text as the page shows it (plotly's hover markup)."""
+    name, _, rest = text.partition(HOVER_NAME_END)
+    return "<b>" + name + "</b>" + rest.replace(HOVER_BREAK, "<br>")
+
+
 def _task_hover(t: pd.DataFrame) -> pd.Series:
     dur = (t["end_ns"] - t["start_ns"]) / 1e3
     return (
-        "<b>"
-        + _esc(t["name"])
-        + "</b> ("
+        _esc(t["name"])
+        + "\t ("
         + _esc(t["op_type"])
-        + ")<br>unit: "
+        + ")\nunit: "
         + _esc(t["task_type"])
-        + "<br>in: "
+        + "\nin: "
         + _esc(t["input_shapes"])
         + " | "
         + _esc(t["input_dtypes"])
         + " | "
         + _esc(t["input_formats"])
-        + "<br>out: "
+        + "\nout: "
         + _esc(t["output_shapes"])
         + " | "
         + _esc(t["output_dtypes"])
         + " | "
         + _esc(t["output_formats"])
-        + "<br>FLOPs: "
+        + "\nFLOPs: "
         + t["flops"].map(lambda v: f"{v:,.0f}")
         + "  bytes: "
         + t["bytes"].map(lambda v: f"{v:,}")
-        + "<br>duration: "
+        + "\nduration: "
         + dur.map(lambda v: f"{v:,.3f}")
         + " us"
     )
@@ -110,17 +121,16 @@ def _host_hover(h: pd.DataFrame) -> pd.Series:
         return pd.Series([], index=h.index, dtype=object)
     dur = (h["end_ns"] - h["start_ns"]) / 1e3
     return (
-        "<b>"
-        + _esc(h["name"])
-        + "</b> ["
+        _esc(h["name"])
+        + "\t ["
         + _esc(h["kind"])
-        + "]<br>module: "
+        + "]\nmodule: "
         + _esc(module_labels(h))
-        + "<br>in: "
+        + "\nin: "
         + _esc(h["input_shapes"])
         + " | "
         + _esc(h["input_dtypes"])
-        + "<br>duration: "
+        + "\nduration: "
         + dur.map(lambda v: f"{v:,.3f}")
         + " us"
     )
@@ -254,8 +264,8 @@ def rank_lanes(profile: Profile, rank: int, prefix: str) -> list[Lane]:
     h = host[host["rank"] == rank]
     lanes: list[Lane] = []
     ops = h[h["kind"].astype(str).isin(THREAD_KINDS)]
-    roles = thread_roles(ops)
-    for thread, role in sorted(roles.items(), key=lambda kv: (kv[1] != "main thread", 0)):
+    roles = thread_roles(ops, profile.thread_names(rank))
+    for thread, role in roles.items():  # main thread first
         mine = ops[ops["thread"] == thread]
         spans = pd.DataFrame(
             {
@@ -355,7 +365,6 @@ def _unit_traces(
     pos: int,
     start: np.ndarray,
     end: np.ndarray,
-    hover: Any,
     origin: int,
     unit: str,
     customdata: np.ndarray,
@@ -363,8 +372,9 @@ def _unit_traces(
     points: int = HOVER_POINTS_PER_LANE,
 ) -> list[dict[str, Any]]:
     """The spans of one unit in the lane at y ``pos`` as thick line segments, and hover markers
-    along them (each carrying its span's global index, for a click). The page merges these
-    pieces (``meta.lane``) into one line trace per unit and one trace of markers."""
+    along them (each carrying its span's global index: the page takes its hover text from the
+    span store, once per span, and uses it for a click). The page merges these pieces
+    (``meta.lane``) into one line trace per unit and one trace of markers."""
     color = _color(unit)
     s = (np.asarray(start, dtype=np.int64) - origin) / 1e3
     e = (np.asarray(end, dtype=np.int64) - origin) / 1e3
@@ -392,7 +402,6 @@ def _unit_traces(
             "y": typed(np.full(len(hx), pos)),
             "mode": "markers",
             "marker": {"size": 6, "color": color, "opacity": 0.35},
-            "hovertext": np.asarray(hover, dtype=object)[idx],
             "hoverinfo": "text",
             "showlegend": False,
             "legendgroup": unit,
@@ -425,7 +434,6 @@ def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[di
     sp = lane.spans
     if len(sp) == 0:
         return []
-    hover = _hover(lane).to_numpy(dtype=object)
     units, order = _units(sp)
     traces: list[dict[str, Any]] = []
     for unit in order:
@@ -434,7 +442,7 @@ def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[di
         g = lane.offset + np.flatnonzero(mine)
         show = unit not in legend
         legend.add(unit)
-        traces += _unit_traces(pos, start, end, hover[mine], origin, unit, g, show)
+        traces += _unit_traces(pos, start, end, origin, unit, g, show)
     return traces
 
 
@@ -480,37 +488,80 @@ def _bin_lane(
     return out
 
 
+def _ids(values: Any) -> dict[str, Any]:
+    """Record ids (-1: none) as a typed array: ``i4`` when they fit, else ``f8``."""
+    a = np.asarray(values, dtype=np.int64)
+    fits = len(a) == 0 or (a.min() >= -(2**31) and a.max() < 2**31)
+    return typed(a, "i4" if fits else "f8")
+
+
+def _id_columns(lane: Lane) -> dict[str, np.ndarray]:
+    """The columns linking a lane's spans (:func:`_span_store`): ``id`` (event id of a host span,
+    task id of a device task), for a kernel ``op`` (its op's event id), for a launch ``tk``
+    (the task it submitted)."""
+    sp = lane.spans
+    out = {"id": sp["id"].to_numpy()}
+    if lane.kind == "stream":
+        out["op"] = sp["op"].to_numpy()
+    elif lane.kind == "launch":
+        out["tk"] = sp["task"].to_numpy()
+    return out
+
+
 def _detail_chunks(lane: Lane, origin: int, codes: _Codes) -> list[dict[str, Any]]:
     """The spans of a binned lane in time order, in chunks of :data:`DETAIL_CHUNK`: per chunk
     the first start (ns from ``origin``), its extent in us (``a`` first start, ``b`` last end),
-    the count, and compressed columns: start deltas (ns), durations (ns), name and unit codes.
+    the count, and compressed columns: start deltas (ns), durations (ns), name and unit codes,
+    the ids linking them (:func:`_id_columns`: a click on a span drawn from them shows its
+    launch, op or kernels as on any lane; ``r``: each id column's range, so that the page
+    inflates only the chunks that may hold a linked span) and, on host threads, module and
+    call-site codes.
     """
     sp = lane.spans
     order = np.argsort(sp["start_ns"].to_numpy(), kind="stable")
     start = sp["start_ns"].to_numpy().astype(np.int64)[order] - origin
     dur = sp["end_ns"].to_numpy().astype(np.int64)[order] - (start + origin)
-    names = codes.array(sp["name"])[order]
-    units = codes.array(sp["unit"])[order]
+    columns = {"nm": codes.array(sp["name"])[order], "u": codes.array(sp["unit"])[order]}
+    if "module" in sp:
+        columns["m"] = codes.array(sp["module"])[order]
+    if "site" in sp and (sp["site"] != "").any():
+        columns["c"] = codes.array(sp["site"])[order]
+    ids = {k: np.asarray(v, dtype=np.int64)[order] for k, v in _id_columns(lane).items()}
     chunks = []
     for i in range(0, len(start), DETAIL_CHUNK):
         s, d = start[i : i + DETAIL_CHUNK], dur[i : i + DETAIL_CHUNK]
-        chunks.append(
-            {
-                "t0": int(s[0]),
-                "a": float(s[0] / 1e3),
-                "b": float((s + d).max() / 1e3),
-                "n": len(s),
-                "ds": typed(np.diff(s, prepend=s[0]), compress=True),
-                "d": typed(np.maximum(d, 0), compress=True),
-                "nm": typed(names[i : i + DETAIL_CHUNK], compress=True),
-                "u": typed(units[i : i + DETAIL_CHUNK], compress=True),
-            }
-        )
+        chunk = {
+            "t0": int(s[0]),
+            "a": float(s[0] / 1e3),
+            "b": float((s + d).max() / 1e3),
+            "n": len(s),
+            "ds": typed(np.diff(s, prepend=s[0]), compress=True),
+            "d": typed(np.maximum(d, 0), compress=True),
+        }
+        for key, values in columns.items():
+            chunk[key] = typed(values[i : i + DETAIL_CHUNK], compress=True)
+        ranges = {}
+        for key, values in ids.items():  # deltas: ids grow with time, the deltas compress
+            part = values[i : i + DETAIL_CHUNK]
+            chunk[key] = typed(np.diff(part, prepend=0), "f8" if _wide(part) else "i4", True)
+            some = part[part >= 0]
+            if len(some):  # the page looks for a linked span only in chunks that may hold it
+                ranges[key] = [int(some.min()), int(some.max())]
+        chunk["r"] = ranges
+        chunks.append(chunk)
     return chunks
 
 
+def _wide(ids: np.ndarray) -> bool:
+    """Whether id deltas may not fit an ``i4``."""
+    return len(ids) > 0 and (int(ids.max()) - min(int(ids.min()), 0) >= 2**31)
+
+
+_CHUNK_COLUMNS = ("ds", "d", "nm", "u", "m", "c", "id", "op", "tk")
+
+
 def _chunk_chars(chunk: dict[str, Any]) -> int:
-    return sum(len(chunk[k]["bdata"]) for k in ("ds", "d", "nm", "u"))
+    return sum(len(chunk[k]["bdata"]) for k in _CHUNK_COLUMNS if k in chunk)
 
 
 def _detail(
@@ -556,55 +607,32 @@ def _us(values: np.ndarray, origin: int) -> list[float]:
 
 
 def _span_store(lanes: list[Lane], origin: int, codes: _Codes) -> dict[str, Any]:
-    """What the page needs to label, select and link the drawn (not binned) spans: per lane its
-    spans' start and end (us), name, unit and module codes; the kernel -> (op, launch) links
-    by global span index."""
+    """What the page needs to label, hover, select and link the drawn (not binned) spans: per
+    lane its spans' start and end (us), name, unit, hover text and module codes, and the ids
+    that link kernels to their ops and launches (:func:`_id_columns`; the page joins them, on
+    drawn lanes and on spans drawn from detail chunks alike)."""
     out: list[dict[str, Any] | None] = []
-    links: list[list[int]] = []
-    by_rank: dict[int, list[Lane]] = {}
     for lane in lanes:
-        by_rank.setdefault(lane.rank, []).append(lane)
         if lane.binned or lane.spans.empty:
             out.append(None)
             continue
         sp = lane.spans
-        entry = {
+        entry: dict[str, Any] = {
             "g": lane.offset,
             "s": _us(sp["start_ns"].to_numpy(), origin),
             "e": _us(sp["end_ns"].to_numpy(), origin),
             "n": codes(sp["name"]),
             "u": codes(sp["unit"]),
+            "h": typed(codes.array(_hover(lane).to_numpy(dtype=object))),
         }
         if "module" in sp:
             entry["m"] = codes(sp["module"])
         if "site" in sp and (sp["site"] != "").any():
             entry["c"] = codes(sp["site"])
+        for key, values in _id_columns(lane).items():
+            entry[key] = _ids(values)
         out.append(entry)
-    for mine in by_rank.values():
-        drawn = [ln for ln in mine if not ln.binned and len(ln.spans)]
-        ev = [
-            pd.Series(ln.offset + np.arange(len(ln.spans)), index=ln.spans["id"].to_numpy())
-            for ln in drawn
-            if ln.kind in ("thread", "launch")
-        ]
-        events = pd.concat(ev) if ev else pd.Series(dtype=np.int64)
-        events = events[~events.index.duplicated()]
-        launch_of: pd.Series = pd.Series(dtype=np.int64)
-        for ln in drawn:
-            if ln.kind == "launch":
-                sp = ln.spans[ln.spans["task"] >= 0]
-                ids = ln.offset + np.flatnonzero(ln.spans["task"].to_numpy() >= 0)
-                launch_of = pd.concat([launch_of, pd.Series(ids, index=sp["task"].to_numpy())])
-        launch_of = launch_of[~launch_of.index.duplicated()]
-        for ln in drawn:
-            if ln.kind != "stream":
-                continue
-            g = ln.offset + np.arange(len(ln.spans))
-            op = events.reindex(ln.spans["op"].to_numpy()).fillna(-1).to_numpy(np.int64)
-            la = launch_of.reindex(ln.spans["id"].to_numpy()).fillna(-1).to_numpy(np.int64)
-            keep = (op >= 0) | (la >= 0)
-            links += np.column_stack([g[keep], op[keep], la[keep]]).tolist()
-    return {"lanes": out, "links": links}
+    return {"lanes": out}
 
 
 def _rank_prefix(profile: Profile, rank: int, slow: int | None) -> str:
@@ -722,6 +750,7 @@ def timeline(
     store["lane_names"] = names
     store["lane_ranks"] = [ln.rank for ln in lanes]
     store["lane_binned"] = [ln.binned for ln in lanes]
+    store["lane_kinds"] = [ln.kind for ln in lanes]
     store["steps"] = [
         [int(row.rank), int(row.step), *_us(np.array([row.start_ns, row.end_ns]), origin)]
         for row in steps.itertuples(index=False)

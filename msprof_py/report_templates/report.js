@@ -52,6 +52,31 @@
     parts.forEach(function (p) { out.set(p, k); k += p.length; });
     return out;
   }
+  // a stored hover text as plotly shows it: the name bold (up to a tab), lines split by "\n"
+  function hoverHtml(text) {
+    var cut = text.indexOf("\t");
+    var name = cut < 0 ? text : text.slice(0, cut), rest = cut < 0 ? "" : text.slice(cut + 1);
+    return "<b>" + name + "</b>" + rest.split("\n").join("<br>");
+  }
+  // the hover text of each drawn span of global indices ``gs`` (stored once per span)
+  function hoverTexts(st, gs) {
+    var drawn = [];
+    st.lanes.forEach(function (L) {
+      if (L && L.h) { if (!L.hd) L.hd = decode(L.h); drawn.push(L); }
+    });
+    var memo = {}, out = new Array(gs.length), li = 0;
+    for (var k = 0; k < gs.length; k++) {
+      var g = gs[k];
+      if (!(li < drawn.length && g >= drawn[li].g && g < drawn[li].g + drawn[li].s.length)) {
+        for (li = 0; li < drawn.length; li++)
+          if (g >= drawn[li].g && g < drawn[li].g + drawn[li].s.length) break;
+      }
+      if (li >= drawn.length) { out[k] = ""; li = 0; continue; }
+      var code = drawn[li].hd[g - drawn[li].g];
+      out[k] = memo[code] || (memo[code] = hoverHtml(st.names[code]));
+    }
+    return out;
+  }
   // The timeline's spans as few traces as possible (each WebGL trace costs the page time to
   // draw): one line trace per unit over every lane, one trace of hover markers for all. Its
   // pieces: per lane and unit its segments and hover points, from the figure's own traces
@@ -72,7 +97,7 @@
         T.pieces.push({unit: t.name, lx: arr(t.x), ly: arr(t.y)});
       } else {
         var mx = arr(t.x), cd = arr(t.customdata);
-        T.pieces.push({unit: t.name, mx: mx, my: arr(t.y), text: t.hovertext,
+        T.pieces.push({unit: t.name, mx: mx, my: arr(t.y), text: hoverTexts(st, cd),
                        color: t.marker.color, custom: cd});
       }
     }
@@ -164,30 +189,87 @@
   window.msprofTimeline = tl;
 
   function timeline(gd, st) {
-    var n = st.lane_names.length, owner = {}, kernelOf = {}, kernelsOfOp = {}, kernelOfLaunch = {};
+    var n = st.lane_names.length, owner = {};
     var selected = null, mark = null, busy = false;
-    // the spans of a binned lane drawn one by one: global index DBASE + lane * DSTRIDE + k
+    // the spans of a binned lane drawn one by one: global index DBASE + lane * DSTRIDE + k,
+    // k the span's place in the lane's time order (the same whatever the view)
     var DBASE = 1e12, DSTRIDE = 1e9, MAXD = st.max_spans, CHUNK = st.chunk;
     st.lanes.forEach(function (L, li) {
-      if (L) for (var k = 0; k < L.s.length; k++) owner[L.g + k] = [li, k];
-    });
-    st.links.forEach(function (l) {
-      kernelOf[l[0]] = [l[1], l[2]];
-      if (l[1] >= 0) (kernelsOfOp[l[1]] = kernelsOfOp[l[1]] || []).push(l[0]);
-      if (l[2] >= 0) kernelOfLaunch[l[2]] = l[0];
+      if (!L) return;
+      ["id", "op", "tk"].forEach(function (f) { if (L[f]) L[f] = arr(L[f]); });
+      for (var k = 0; k < L.s.length; k++) owner[L.g + k] = [li, k];
     });
     function pos(li) { return n - 1 - li; }
     function span(g) {
       var o = owner[g];
-      if (g >= DBASE) {
-        var dl = Math.floor((g - DBASE) / DSTRIDE);
-        o = st.lanes[dl] && st.lanes[dl].detail ? [dl, g - DBASE - dl * DSTRIDE] : null;
+      var L = null, k = -1;
+      if (g >= DBASE) {  // a span of a binned lane: from its chunk, once inflated
+        var dl = Math.floor((g - DBASE) / DSTRIDE), key = g - DBASE - dl * DSTRIDE;
+        var b = binnedAt[dl], c = b && b.chunks[Math.floor(key / CHUNK)];
+        if (c && c.data) { o = [dl, key % CHUNK]; L = c.data; }
+      } else if (o) L = st.lanes[o[0]];
+      if (!o || !L) return null;
+      k = o[1];
+      return {g: g, lane: o[0], rank: st.lane_ranks[o[0]], kind: st.lane_kinds[o[0]],
+              s: L.s[k], e: L.e[k], name: st.names[L.n[k]], unit: st.names[L.u[k]],
+              module: L.m ? st.names[L.m[k]] : "", site: L.c ? st.names[L.c[k]] : "",
+              id: L.id ? L.id[k] : -1, op: L.op ? L.op[k] : -1, tk: L.tk ? L.tk[k] : -1};
+    }
+    var binnedAt = {};  // lane index -> its binned entry (chunks numbered in time order)
+    (st.binned || []).forEach(function (b) {
+      binnedAt[n - 1 - b.lane] = b;
+      b.chunks.forEach(function (c, i) { c.i = i; });
+    });
+    // spans by id, per lane (made on first use; a detail lane's anew after each redraw)
+    function byField(L, f) {
+      L.by = L.by || {};
+      if (!L.by[f]) {
+        var m = new Map(), col = L[f];
+        for (var k = 0; col && k < col.length; k++) {
+          if (col[k] < 0) continue;
+          var got = m.get(col[k]);
+          if (got === undefined) m.set(col[k], [k]); else got.push(k);
+        }
+        L.by[f] = m;
       }
-      if (!o) return null;
-      var L = st.lanes[o[0]];
-      return {g: g, lane: o[0], s: L.s[o[1]], e: L.e[o[1]], name: st.names[L.n[o[1]]],
-              unit: st.names[L.u[o[1]]], module: L.m ? st.names[L.m[o[1]]] : "",
-              site: L.c ? st.names[L.c[o[1]]] : ""};
+      return L.by[f];
+    }
+    // the spans of lanes of ``kind`` of ``rank`` whose ``f`` is ``v`` (a promise of global
+    // indices): on lanes drawn span by span, and in the detail chunks of binned lanes whose
+    // range of ``f`` holds ``v`` (inflated for it: the linked span may lie outside the view)
+    function find(rank, kind, f, v) {
+      var out = [], waits = [];
+      if (v === undefined || v < 0) return Promise.resolve(out);
+      st.lanes.forEach(function (L, li) {
+        if (!L || L.detail || st.lane_ranks[li] !== rank || st.lane_kinds[li] !== kind) return;
+        (byField(L, f).get(v) || []).forEach(function (k) { out.push(L.g + k); });
+      });
+      Object.keys(binnedAt).forEach(function (key) {
+        var li = Number(key), b = binnedAt[li];
+        if (st.lane_ranks[li] !== rank || st.lane_kinds[li] !== kind) return;
+        b.chunks.forEach(function (c) {
+          var r = c.r && c.r[f];
+          if (!r || v < r[0] || v > r[1]) return;
+          waits.push(chunkSpans(c).then(function (d) {
+            (byField(d, f).get(v) || []).forEach(function (k) {
+              out.push(DBASE + li * DSTRIDE + c.i * CHUNK + k);
+            });
+          }));
+        });
+      });
+      return Promise.all(waits).then(function () { return out; });
+    }
+    // what a span is linked to (a promise): a kernel's op and launch, a launch's kernel, an
+    // op's kernels
+    function links(x) {
+      if (x.kind === "stream")
+        return Promise.all([find(x.rank, "thread", "id", x.op), find(x.rank, "launch", "tk", x.id)])
+          .then(function (a) { return {op: a[0][0], launch: a[1][0]}; });
+      if (x.kind === "launch")
+        return find(x.rank, "stream", "id", x.tk).then(function (a) { return {kernel: a[0]}; });
+      if (x.kind === "thread")
+        return find(x.rank, "stream", "op", x.id).then(function (a) { return {kernels: a}; });
+      return Promise.resolve({});
     }
     function view() {
       var xa = gd._fullLayout.xaxis;
@@ -240,21 +322,17 @@
       });
       return out;
     }
+    var arrows = [];  // [from, to] global indices of the selection's launch/op -> kernel
     function flows() {
       var out = [];
       if (selected === null) return out;
-      var ks = [], me = span(selected);
-      if (selected in kernelOf) ks = [selected];
-      else if (selected in kernelsOfOp) ks = kernelsOfOp[selected].slice(0, 60);
-      else if (selected in kernelOfLaunch) ks = [kernelOfLaunch[selected]];
-      ks.forEach(function (g) {
-        var k = span(g), from = kernelOf[g][1] >= 0 ? span(kernelOf[g][1]) : span(kernelOf[g][0]);
-        if (!k || !from) return;
+      arrows.forEach(function (a) {
+        var from = span(a[0]), k = span(a[1]);
+        if (!from || !k) return;
         out.push({x: k.s, y: pos(k.lane), ax: from.e, ay: pos(from.lane), xref: "x", yref: "y",
                   axref: "x", ayref: "y", showarrow: true, arrowhead: 2, arrowwidth: 1.5,
                   arrowcolor: "#111", text: "", name: "flow"});
       });
-      if (!me) return out;
       return out;
     }
     function shapes() {
@@ -272,13 +350,29 @@
       return out;
     }
     // a binned lane's spans in view, from its detail chunks (inflated once, then kept)
+    var EXTRA = ["m", "c", "id", "op", "tk"], DELTAS = {id: 1, op: 1, tk: 1};
     function chunkSpans(c) {
-      if (!c.spans) c.spans = Promise.all([inflate(c.ds), inflate(c.d), inflate(c.nm), inflate(c.u)])
-        .then(function (a) {
-          var s = new Float64Array(c.n), e = new Float64Array(c.n), t = c.t0;
-          for (var k = 0; k < c.n; k++) { t += a[0][k]; s[k] = t / 1e3; e[k] = (t + a[1][k]) / 1e3; }
-          return {s: s, e: e, n: a[2], u: a[3]};
-        });
+      if (!c.spans) {
+        var keys = EXTRA.filter(function (f) { return c[f]; });
+        c.spans = Promise.all([inflate(c.ds), inflate(c.d), inflate(c.nm), inflate(c.u)]
+          .concat(keys.map(function (f) { return inflate(c[f]); })))
+          .then(function (a) {
+            var s = new Float64Array(c.n), e = new Float64Array(c.n), t = c.t0;
+            for (var k = 0; k < c.n; k++) { t += a[0][k]; s[k] = t / 1e3; e[k] = (t + a[1][k]) / 1e3; }
+            var out = {s: s, e: e, n: a[2], u: a[3], i: c.i};
+            c.data = out;
+            keys.forEach(function (f, j) {
+              var col = a[4 + j];
+              if (DELTAS[f]) {  // ids are stored as deltas
+                var sum = new Float64Array(col.length), acc = 0;
+                for (var q = 0; q < col.length; q++) { acc += col[q]; sum[q] = acc; }
+                col = sum;
+              }
+              out[f] = col;
+            });
+            return out;
+          });
+      }
       return c.spans;
     }
     // redraw the traces of a binned lane's units (and the markers) after a change of mode
@@ -305,15 +399,22 @@
       return refill(b);
     }
     function detailOn(b, li, parts, v) {
-      var S = [], E = [], N = [], U = [];
+      var D = {s: [], e: [], n: [], u: [], K: [], detail: true}, S = D.s, E = D.e, N = D.n, U = D.u;
+      var extra = EXTRA.filter(function (f) { return parts.length && parts[0][f]; });
+      extra.forEach(function (f) { D[f] = []; });
       parts.forEach(function (p) {
         for (var k = 0; k < p.s.length; k++)
-          if (p.e[k] >= v.x0 && p.s[k] <= v.x1) { S.push(p.s[k]); E.push(p.e[k]); N.push(p.n[k]); U.push(p.u[k]); }
+          if (p.e[k] >= v.x0 && p.s[k] <= v.x1) {
+            S.push(p.s[k]); E.push(p.e[k]); N.push(p.n[k]); U.push(p.u[k]);
+            D.K.push(p.i * CHUNK + k);
+            for (var j = 0; j < extra.length; j++) D[extra[j]].push(p[extra[j]][k]);
+          }
       });
       if (S.length > MAXD) return binsOn(b, li);
       b.mode = "detail";
       var base = DBASE + li * DSTRIDE, y = n - 1 - li;
-      st.lanes[li] = {g: base, s: S, e: E, n: N, u: U, detail: true};
+      D.g = base;
+      st.lanes[li] = D;
       b.spans = [];
       b.units.forEach(function (u) {
         var s = [], e = [];
@@ -329,7 +430,7 @@
             fmt(S[k]) + "<br>duration: " + fmt(E[k] - S[k]);
         }),
         color: hp[1].map(function (k) { return colors[st.names[U[k]]] || "#888"; }),
-        custom: hp[1].map(function (k) { return base + k; })});
+        custom: hp[1].map(function (k) { return base + D.K[k]; })});
       return refill(b);
     }
     function detail(v, me) {
@@ -411,38 +512,53 @@
       return x.name + " (" + x.unit + ") on " + st.lane_names[x.lane] + " at " + fmt(x.s) +
              ", " + fmt(x.e - x.s);
     }
+    var choosing = 0;  // the latest selection: an older one resolving later changes nothing
     function select(g, zoom) {
       var x = span(g);
-      if (!x) return;
-      selected = g; mark = x;
-      if (panel) {
-        panel.textContent = "";
-        line("Selected", describe(x));
-        if (x.module) line("Module", x.module);
-        if (x.site) line("Call site", x.site);
-        var link = kernelOf[g];
-        if (link) {
-          if (link[1] >= 0) line("Launched by", describe(span(link[1])), link[1]);
-          if (link[0] >= 0) {
-            var op = span(link[0]);
-            line("Op", describe(op), link[0]);
-            if (op.module) line("Op module", op.module);
-            if (op.site) line("Op call site", op.site);
-          }
-        }
-        if (g in kernelOfLaunch) line("Kernel", describe(span(kernelOfLaunch[g])), kernelOfLaunch[g]);
-        if (g in kernelsOfOp) {
-          var ks = kernelsOfOp[g];
-          line("Kernels launched", String(ks.length));
-          ks.slice(0, 20).forEach(function (k) { line("  kernel", describe(span(k)), k); });
-        }
-        panel.hidden = false;
-      }
+      if (!x) return Promise.resolve();
+      var me = ++choosing;
+      selected = g; mark = x; arrows = [];
       if (zoom) {
         var d = Math.max((x.e - x.s) * 4, 5);
         Plotly.relayout(gd, {"xaxis.range": [x.s - d, x.e + d], "xaxis2.range": [x.s - d, x.e + d]});
       }
-      redraw();
+      return links(x).then(function (l) {
+        // an op's kernels: each one's own launch, for its arrow
+        var ks = x.kind === "stream" ? [] : l.kernels ? l.kernels.slice(0, 60) : l.kernel !== undefined ? [l.kernel] : [];
+        return Promise.all(ks.map(function (k) { var y = span(k); return y ? links(y) : {}; }))
+          .then(function (kl) { return [l, ks, kl]; });
+      }).then(function (got) {
+        if (me !== choosing) return null;
+        var l = got[0], ks = got[1], kl = got[2];
+        if (x.kind === "stream") {
+          var from = l.launch !== undefined ? l.launch : l.op;
+          if (from !== undefined) arrows.push([from, g]);
+        }
+        ks.forEach(function (k, j) {
+          var from = kl[j].launch !== undefined ? kl[j].launch : kl[j].op;
+          if (from !== undefined) arrows.push([from, k]);
+        });
+        if (panel) {
+          panel.textContent = "";
+          line("Selected", describe(x));
+          if (x.module) line("Module", x.module);
+          if (x.site) line("Call site", x.site);
+          if (l.launch !== undefined) line("Launched by", describe(span(l.launch)), l.launch);
+          if (l.op !== undefined) {
+            var op = span(l.op);
+            line("Op", describe(op), l.op);
+            if (op.module) line("Op module", op.module);
+            if (op.site) line("Op call site", op.site);
+          }
+          if (l.kernel !== undefined) line("Kernel", describe(span(l.kernel)), l.kernel);
+          if (l.kernels && l.kernels.length) {
+            line("Kernels launched", String(l.kernels.length));
+            l.kernels.slice(0, 20).forEach(function (k) { line("  kernel", describe(span(k)), k); });
+          }
+          panel.hidden = false;
+        }
+        return redraw();
+      });
     }
     function highlight(laneName, s, e) {
       var li = st.lane_names.indexOf(laneName);

@@ -100,7 +100,10 @@ def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
     assert len(backward) == 1 and ops["thread"].nunique() == 2  # forward + autograd thread
     # the default device runs with the task queue on: launches on its stage-2 thread
     assert profile.meta[0]["device_spec"]["dispatch"]["task_queue"]["value"] is True
-    assert lanes == ["main thread", "autograd thread", "task-queue stage 2"] + [
+    # host lanes by the threads' recorded names (the autograd engine's thread by its OS name)
+    main = ops[~ops["thread"].isin(backward)]["thread"].iloc[0]
+    assert profile.thread_names(0) == {int(main): "MainThread", int(backward[0]): "pt_autograd_0"}
+    assert lanes == ["MainThread", "pt_autograd_0", "task-queue stage 2"] + [
         f"stream {s} · compute" for s in streams
     ]
     fig = json.loads(re.search(r'id="fig-timeline-data">(.*?)</script>', text, re.S).group(1))
@@ -380,8 +383,8 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
     for fig in ("fig-timeline", "fig-top-ops", "fig-steps", "fig-roofline", "fig-memory"):
         assert fig in facts["figures"], fig
     assert set(facts["ticks"]) == {
-        "main thread",
-        "autograd thread",
+        "MainThread",
+        "pt_autograd_0",
         "task-queue stage 2",
         "stream 0 · compute",
     }
@@ -556,7 +559,29 @@ def test_browser_bins_split_on_zoom(
     page.mouse.move(x, py, steps=3)
     page.mouse.click(x, py)
     page.wait_for_selector("#tl-details:not([hidden])", timeout=30_000)
-    assert f"Selected: {k['name']} (cube) on {lane}" in page.locator("#tl-details").inner_text()
+    page.wait_for_timeout(300)
+    details = page.locator("#tl-details").inner_text()
+    assert f"Selected: {k['name']} (cube) on {lane}" in details
+    # as on a lane drawn span by span: its launch and op (spans drawn from detail data too),
+    # an arrow from the launch to it
+    h = profile.host_events
+    launch = h[(h["kind"] == "launch") & (h["task_id"] == k["task_id"])].iloc[0]
+    op = h[h["event_id"] == k["host_op_id"]].iloc[0]
+    assert f"Launched by: {launch['name']} (launch) on launches at " in details
+    assert f"Op: {op['name']} (host op) on main thread at " in details
+    assert "Op module: Model/Block" in details
+    flows = page.evaluate(
+        "() => document.getElementById('fig-timeline').layout.annotations"
+        ".filter((a) => a.name === 'flow')"
+    )
+    assert len(flows) == 1 and flows[0]["x"] == pytest.approx(s, abs=1e-3)
+    assert flows[0]["ax"] == pytest.approx((launch["end_ns"] - origin) / 1e3, abs=1e-3)
+    # the op's link in the panel selects the op: it lists the kernel it launched
+    page.locator("#tl-details a.tl-jump", has_text="(host op)").first.click()
+    page.wait_for_timeout(500)
+    details = page.locator("#tl-details").inner_text()
+    assert f"Selected: {op['name']} (host op) on main thread" in details
+    assert "Kernels launched: 1" in details and f"kernel: {k['name']} (cube) on {lane}" in details
     page.locator("#timeline").screenshot(path=str(artefacts / "timeline-detail.png"))
     # zoomed out again: bins
     _zoom(page, 0, (t["end_ns"].max() - origin) / 1e3)

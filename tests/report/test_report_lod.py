@@ -230,7 +230,16 @@ def test_lane_traces_span_by_span() -> None:
     assert set(typed_array(cube["y"]).tolist()) == {2}
     ids = set(typed_array(cube_markers["customdata"]).tolist())
     assert ids == set(range(1_000, 1_100, 2))
-    assert all("<b>k</b> (Add)" in t for t in cube_markers["hovertext"])
+    assert "hovertext" not in cube_markers  # the page takes it from the span store
+    codes = build._Codes()
+    entry = build._span_store([lane], 0, codes)["lanes"][0]
+    hovers = [build.hover_html(list(codes.table)[c]) for c in typed_array(entry["h"])]
+    assert len(hovers) == 100 and all(
+        h.startswith("<b>k</b> (Add)<br>unit: AI_CORE") for h in hovers
+    )
+    assert hovers[0].endswith("<br>duration: 0.999 us")
+    assert typed_array(entry["id"]).tolist() == list(range(100))
+    assert typed_array(entry["op"]).tolist() == [-1] * 100
     again = _lane_traces(_lane(start, end, units), 1, 0, legend)
     assert not any(t["showlegend"] for t in again)
 
@@ -247,6 +256,8 @@ def _decode_chunks(chunks: list[dict], names: list[str]) -> pd.DataFrame:
                     "end": s + d.astype(np.int64),
                     "name": [names[k] for k in typed_array(c["nm"])],
                     "unit": [names[k] for k in typed_array(c["u"])],
+                    "id": np.cumsum(typed_array(c["id"]).astype(np.int64)),
+                    "op": np.cumsum(typed_array(c["op"]).astype(np.int64)),
                 }
             )
         )
@@ -273,6 +284,9 @@ def test_detail_chunks_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got["unit"].tolist() == np.asarray(units)[order].tolist()
     want = lane.spans["name"].fillna("").to_numpy()[order]
     assert got["name"].tolist() == want.tolist()
+    # the ids linking each span (stored as deltas) come back in the same order
+    assert got["id"].tolist() == lane.spans["id"].to_numpy()[order].tolist()
+    assert got["op"].tolist() == [-1] * 50
 
 
 def test_detail_budget(monkeypatch: pytest.MonkeyPatch) -> None:
