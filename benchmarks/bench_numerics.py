@@ -8,7 +8,13 @@ fresh process: a process has one npu backend). Real ms per step, best of ``--rep
 to compare between machines. The simulated step time is printed too: it must not depend on the
 numerics.
 
+``--vector-ops`` measures instead what widening would give the vector ops ``fast`` leaves alone:
+CPU time of each op in the low dtype, in fp32, and widened (inputs to fp32, the fp32 op, the
+result rounded back), and whether the widened result is bitwise the low-precision CPU kernel's
+on every fp16/bf16 bit pattern (subnormals, infinities and NaNs included).
+
     python benchmarks/bench_numerics.py [--repeats 3] [--steps 3] [--dtype fp16|bf16]
+    python benchmarks/bench_numerics.py --vector-ops [--dtype fp16|bf16]
 """
 
 from __future__ import annotations
@@ -90,14 +96,76 @@ def npu_child(numerics: str, dtype_name: str, steps: int, repeats: int) -> None:
     print(json.dumps(out))
 
 
+def _vector_cases() -> dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
+    aten = torch.ops.aten
+    return {
+        "add": lambda a, b: aten.add.Tensor(a, b),
+        "mul": lambda a, b: aten.mul.Tensor(a, b),
+        "div": lambda a, b: aten.div.Tensor(a, b),
+        "add(alpha=0.3)": lambda a, b: aten.add.Tensor(a, b, alpha=0.3),
+        "relu": lambda a, b: aten.relu.default(a),
+        "threshold_backward": lambda a, b: aten.threshold_backward.default(a, b, 0.0),
+        "sqrt": lambda a, b: aten.sqrt.default(a),
+        "gelu": lambda a, b: aten.gelu.default(a),
+        "_softmax": lambda a, b: aten._softmax.default(a, -1, False),
+    }
+
+
+def _widened(fn: Callable, dtype: torch.dtype) -> Callable:
+    return lambda a, b: fn(a.float(), b.float()).to(dtype)
+
+
+def _bitwise(got: torch.Tensor, want: torch.Tensor) -> str:
+    bits = torch.int16
+    if torch.equal(got.view(bits), want.view(bits)):
+        return "bitwise"
+    nan_got, nan_want = got.isnan(), want.isnan()
+    if torch.equal(nan_got, nan_want) and torch.equal(got[~nan_got], want[~nan_want]):
+        return "bitwise but NaN payloads"
+    differ = int((got != want).logical_and(~(nan_got & nan_want)).sum())
+    return f"{differ} of {got.numel():,} bit patterns differ"
+
+
+def vector_ops(dtype: torch.dtype, repeats: int) -> None:
+    """The ``--vector-ops`` table (see the module docstring)."""
+    torch.manual_seed(0)
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    other = every[torch.randperm(every.numel())]
+    x, y = torch.randn(16, 16, 32, 32), torch.randn(16, 16, 32, 32)
+    lx, ly = x.to(dtype), y.to(dtype)
+
+    def cpu_ms(fn: Callable, a: torch.Tensor, b: torch.Tensor) -> float:
+        fn(a, b)
+        best = float("inf")
+        for _ in range(max(repeats, 10)):
+            start = time.thread_time()
+            fn(a, b)
+            best = min(best, time.thread_time() - start)
+        return best * 1e3
+
+    print(f"{dtype}, 1 thread, 16x16x32x32 inputs, thread CPU time, best of {max(repeats, 10)}\n")
+    print(f"| op | {dtype} (ms) | fp32 (ms) | widened (ms) | widened vs {dtype} CPU kernel |")
+    print("|---|---:|---:|---:|---|")
+    for name, fn in _vector_cases().items():
+        wide = _widened(fn, dtype)
+        same = _bitwise(wide(every, other), fn(every, other))
+        print(f"| {name} | {cpu_ms(fn, lx, ly):.3f} | {cpu_ms(fn, x, y):.3f} "
+              f"| {cpu_ms(wide, lx, ly):.3f} | {same} |")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    parser.add_argument("--vector-ops", action="store_true", help="the vector-op table")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     dtype_name = {"fp16": "float16", "bf16": "bfloat16"}[args.dtype]
+    if args.vector_ops:
+        torch.set_num_threads(1)
+        vector_ops(getattr(torch, dtype_name), args.repeats)
+        return 0
     if args.child:
         npu_child(args.child, dtype_name, args.steps, args.repeats)
         return 0

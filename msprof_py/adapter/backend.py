@@ -25,7 +25,7 @@ from msprof_py.adapter import (
     runtime,
     shapes_only,
 )
-from msprof_py.adapter.compile_cache import attributes
+from msprof_py.adapter.compile_cache import attribute_slots, attributes_at
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
@@ -91,6 +91,9 @@ class OpPlan:
     host_only: bool = False
     #: with numerics "fast", computed widened to float32 (:mod:`fast_numerics`)
     widened: bool = False
+    #: positions of arguments that may be compile-cache attributes
+    #: (:func:`compile_cache.attribute_slots`)
+    attr_slots: tuple[int, ...] = ()
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
@@ -153,6 +156,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         has_groups=base in _GROUPED,
         host_only=host_only,
         widened=fast_numerics.upcasts(base, bool(writes)),
+        attr_slots=attribute_slots(schema),
     )
 
 
@@ -445,7 +449,24 @@ def _tag_outputs(
 
 
 _KernelKey = tuple
-_KERNEL_CACHE: dict[_KernelKey, tuple[PlannedKernel, ...]] = {}
+
+
+class _Planned:
+    """The kernels of one (op, groups, input keys, output keys) and what a launch of them
+    needs besides: the output keys of the present outputs, their task-record fields, and the
+    attribute tuples already known to the compile cache of epoch ``epoch``."""
+
+    __slots__ = ("epoch", "fields", "kernels", "present", "seen")
+
+    def __init__(self, kernels: tuple[PlannedKernel, ...], present: tuple) -> None:
+        self.kernels = kernels
+        self.present = present
+        self.fields: tuple[tuple, ...] | None = None
+        self.epoch = 0
+        self.seen: set[tuple] = set()
+
+
+_KERNEL_CACHE: dict[_KernelKey, _Planned] = {}
 _KERNEL_CACHE_LIMIT = 100_000
 
 
@@ -462,6 +483,24 @@ def _info(key: tuple[torch.Size, torch.dtype, str]) -> TensorInfo:
     return TensorInfo(tuple(key[0]), key[1], key[2])
 
 
+def _plan_kernels(
+    state: AdapterState,
+    plan: OpPlan,
+    groups: int,
+    cache_key: tuple,
+    in_keys: tuple,
+    out_keys: tuple,
+) -> _Planned:
+    in_info = [_info(k) for k in in_keys]
+    out_info = [None if k is None else _info(k) for k in out_keys]
+    kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups))
+    present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
+    if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
+        _KERNEL_CACHE.clear()
+    planned = _KERNEL_CACHE[cache_key] = _Planned(kernels, present)
+    return planned
+
+
 def launch(
     state: AdapterState,
     plan: OpPlan,
@@ -472,30 +511,43 @@ def launch(
     """Launch the kernels ``plan``'s op amounts to on the current stream.
 
     Costs are cached by op and (shape, dtype, format) of every tensor: a training loop repeats
-    the same ops on the same shapes, so after the first step each op costs one lookup.
+    the same ops on the same shapes, so after the first step each op costs one lookup. The
+    compile cache is asked about key (costs key, attributes) once per cache epoch: afterwards
+    the entry's own set of attribute tuples answers (a small tuple's hash, not the whole key's).
     """
     groups = int(args[8]) if plan.has_groups and len(args) > 8 else 1
     in_keys = tuple([_key(t) for t in inputs])
     out_keys = tuple([None if o is None else _key(o) for o in outputs])
     cache_key = (plan.base, groups, in_keys, out_keys)
-    kernels = _KERNEL_CACHE.get(cache_key)
-    if kernels is None:
-        in_info = [_info(k) for k in in_keys]
-        out_info = [None if k is None else _info(k) for k in out_keys]
-        kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups))
-        if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
-            _KERNEL_CACHE.clear()
-        _KERNEL_CACHE[cache_key] = kernels
-    present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
-    if kernels and state.capture is None:
-        compile_key = (cache_key, attributes(args))
+    planned = _KERNEL_CACHE.get(cache_key)
+    if planned is None:
+        planned = _plan_kernels(state, plan, groups, cache_key, in_keys, out_keys)
+    kernels = planned.kernels
+    if not kernels:
+        return
+    if state.capture is None:
+        attrs = attributes_at(args, plan.attr_slots) if plan.attr_slots else ()
         compiled = state.compiled
-        if compile_key not in compiled.keys:
-            compiled.miss(state.npu.engine, compile_key, [k.op_type for k in kernels])
+        if planned.epoch != compiled.epoch:
+            planned.epoch = compiled.epoch
+            planned.seen = set()
+        if attrs not in planned.seen:
+            compile_key = (cache_key, attrs)
+            if compile_key not in compiled.keys:
+                compiled.miss(state.npu.engine, compile_key, [k.op_type for k in kernels])
+            planned.seen.add(attrs)
     l2 = state.npu.l2
     if l2 is not None and state.capture is None:
         hits = l2_reuse.traffic(l2, inputs, in_keys, outputs, out_keys)
         kernels = l2_reuse.apply(state.npu.spec, kernels, hits)
+    present = planned.present
+    if state.npu.bus.active and state.capture is None:
+        fields = planned.fields
+        if fields is None:
+            fields = planned.fields = _record_fields_of(in_keys, present)
+        for kernel in kernels:
+            _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present, fields)
+        return
     for kernel in kernels:
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
 
@@ -553,6 +605,7 @@ def _submit(
     cost: costmodel.KernelCost,
     ins: tuple,
     outs: tuple,
+    fields: tuple[tuple, ...] | None = None,
 ) -> None:
     captured = state.capture
     if captured is not None:  # a graph is being captured: its launch places the kernel
@@ -562,9 +615,8 @@ def _submit(
     if not state.npu.bus.active:
         engine.submit_kernel(state.stream, cost, name=name, op_type=op_type)
         return
-    fields = _RECORD_FIELDS.get((ins, outs))
     if fields is None:
-        fields = _record_fields(ins, outs)
+        fields = _record_fields_of(ins, outs)
     engine.submit_kernel(
         state.stream,
         cost,
@@ -584,8 +636,11 @@ def _submit(
 _RECORD_FIELDS: dict[tuple[tuple, tuple], tuple[tuple, ...]] = {}
 
 
-def _record_fields(ins: tuple, outs: tuple) -> tuple[tuple, ...]:
+def _record_fields_of(ins: tuple, outs: tuple) -> tuple[tuple, ...]:
     """The task record fields describing tensors ``ins`` and ``outs`` (cached, bounded)."""
+    fields = _RECORD_FIELDS.get((ins, outs))
+    if fields is not None:
+        return fields
     fields = (
         tuple(tuple(s) for s, _, _ in ins),
         tuple(dtype_name(d) for _, d, _ in ins),

@@ -21,14 +21,16 @@ runtime values (torch_npu hands them over as host scalars), so a learning rate t
 every step compiles nothing [U]. Kernels captured into a graph are compiled with the graph
 (:mod:`msprof_py.graph`), not here.
 
-The cache costs one set lookup per launch; it lives with the device for the whole process, as
-the in-memory op cache of a torch_npu process does (there is no on-disk cache across runs), and
+The cache costs one set lookup per launch (the backend asks it only once per kernel-cost entry
+and attribute tuple, see :attr:`CompileCache.epoch`); it lives with the device for the whole
+process, as the in-memory op cache of a torch_npu process does (no on-disk cache across runs), and
 each in-process recording (``msprof_py.record``) starts with it empty, as a fresh process. Past
 ``KEY_LIMIT`` keys it is emptied (memory safety only: a run that far is compiling anyway).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,9 @@ TILING_PREFIX = "tiling "
 _ATTR_TYPES = (bool, int, str, torch.dtype, type(None))
 #: keys kept before the cache is emptied
 KEY_LIMIT = 1_000_000
+#: epochs of every cache in the process (an epoch names one cache's key set between clears)
+_EPOCHS = itertools.count(1)
+_TENSOR = torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class CompileCache:
         "attrs",
         "compile_ns",
         "compiles",
+        "epoch",
         "jit",
         "keys",
         "spec",
@@ -86,6 +92,9 @@ class CompileCache:
         #: task attributes of the kernels launched now (their OP State)
         self.attrs = STATIC_ATTRS if self.jit else DYNAMIC_ATTRS
         self.compiles = self.tilings = self.compile_ns = self.tiling_ns = 0
+        #: changes whenever keys are forgotten, unique in the process: a caller may remember
+        #: "key k is in this cache" as long as the epoch it saw is still current
+        self.epoch = next(_EPOCHS)
 
     def set_mode(self, jit_compile: bool) -> None:
         """Switch between online compilation and binary kernels (keys seen stay known: a key
@@ -96,6 +105,7 @@ class CompileCache:
     def clear(self) -> None:
         """Forget every key and the counters (the mode stays)."""
         self.keys.clear()
+        self.epoch = next(_EPOCHS)
         self.compiles = self.tilings = self.compile_ns = self.tiling_ns = 0
 
     def stats(self) -> CacheStats:
@@ -113,6 +123,7 @@ class CompileCache:
         """``key`` is new: remember it and charge the host for each kernel it launches."""
         if len(self.keys) >= KEY_LIMIT:
             self.keys.clear()
+            self.epoch = next(_EPOCHS)
         self.keys.add(key)
         if self.jit:
             cost, prefix = self.spec.online_compile_ns, COMPILE_PREFIX
@@ -134,6 +145,39 @@ def attributes(args: tuple) -> tuple:
     docstring): everything but tensors, tensor lists and floating-point scalars."""
     out: list[Any] = []
     for a in args:
+        if isinstance(a, _ATTR_TYPES):
+            out.append(a)
+        elif isinstance(a, (list, tuple)) and a and all(type(x) is int for x in a):
+            out.append(tuple(a))
+    return tuple(out)
+
+
+def attribute_slots(schema: torch.FunctionSchema) -> tuple[int, ...]:
+    """Positions of ``schema``'s arguments that :func:`attributes` may keep: all but those
+    that can never hold an attribute (a ``float``, always a Python float in a boxed call, and
+    a ``Tensor[]``, never a list of ints)."""
+    slots = []
+    for i, arg in enumerate(schema.arguments):
+        kind = arg.type
+        if isinstance(kind, torch.FloatType):
+            continue
+        if isinstance(kind, torch.ListType) and isinstance(kind.getElementType(), torch.TensorType):
+            continue
+        slots.append(i)
+    return tuple(slots)
+
+
+def attributes_at(args: tuple, slots: tuple[int, ...]) -> tuple:
+    """:func:`attributes` of ``args`` looking only at positions ``slots`` (from
+    :func:`attribute_slots` of the op's schema): the same tuple, with less work."""
+    out: list[Any] = []
+    count = len(args)
+    for i in slots:
+        if i >= count:
+            break
+        a = args[i]
+        if a.__class__ is _TENSOR:
+            continue
         if isinstance(a, _ATTR_TYPES):
             out.append(a)
         elif isinstance(a, (list, tuple)) and a and all(type(x) is int for x in a):

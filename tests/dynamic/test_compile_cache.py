@@ -129,3 +129,85 @@ def test_the_default_mode_is_the_chips(npu: SimulatedNpu) -> None:
     fresh = CompileCache(npu.spec.compile)
     assert fresh.jit is False and fresh.attrs == {"op_state": "dynamic"}
     assert runtime.state().compiled.spec == npu.spec.compile
+
+
+def _varied_program() -> None:
+    """Ops whose compile keys differ by attributes, wrapped numbers, lists and None."""
+    a = torch.randn(5, 6).npu()
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1).npu()
+    image = torch.randn(2, 3, 6, 6).npu()
+    for n in (1, 2, 1, 3, 2):
+        a + n, a % 7, a % n, a * 2.5, a.sum(dim=n % 2), a.sum(dim=[0, 1])
+        a.add_(a, alpha=n), torch.softmax(a, n % 2), a.clamp(min=n), a.clamp(-1.0, 1.0)
+        torch.cat([a, a], dim=n % 2), a.narrow(1, 0, n).contiguous(), a.topk(n)
+        conv(image).relu().mean()
+
+
+def _timeline(log: TaskLog) -> list[tuple]:
+    """Tasks and host records with times relative to the first host record."""
+    zero = log.host[0].start_ns
+    tasks = [
+        (t.name, t.op_type, t.attrs, t.start_ns - zero, t.end_ns - zero, t.input_shapes)
+        for t in log.tasks
+    ]
+    host = [(h.kind, h.name, h.start_ns - zero, h.end_ns - zero) for h in log.host]
+    return tasks + host
+
+
+class _AlwaysAsk:
+    """A kernel-cost entry that never remembers an attribute tuple: every launch asks the
+    compile cache with the full key (the reference behaviour)."""
+
+    def __init__(self, kernels: tuple, present: tuple) -> None:
+        self.kernels, self.present, self.fields = kernels, present, None
+
+    epoch = property(lambda self: -1, lambda self, value: None)
+    seen = property(lambda self: set(), lambda self, value: None)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_the_fast_compile_key_gives_the_reference_timeline(
+    npu: SimulatedNpu, cache: CompileCache, monkeypatch: pytest.MonkeyPatch, jit: bool
+) -> None:
+    """The backend's per-entry attribute sets and precomputed attribute slots give the same
+    tilings and compiles, at the same host times, as the full key ``(costs key,
+    attributes(args))`` looked up in the cache on every launch."""
+    from msprof_py.adapter import backend
+
+    cache.set_mode(jit)
+    checked = []
+    real_launch = backend.launch
+
+    def spy(state, plan, inputs, outputs, args):  # type: ignore[no-untyped-def]
+        checked.append(
+            compile_cache.attributes_at(args, plan.attr_slots) == compile_cache.attributes(args)
+        )
+        return real_launch(state, plan, inputs, outputs, args)
+
+    runs = []
+    for reference in (True, False):
+        torch.npu.synchronize()
+        cache.clear()  # both runs start from an empty cache (the second with warm cost entries)
+        with monkeypatch.context() as m:
+            if reference:
+                m.setattr(backend, "_KERNEL_CACHE", {})
+                m.setattr(backend, "_Planned", _AlwaysAsk)
+                m.setattr(
+                    backend, "attributes_at", lambda args, slots: compile_cache.attributes(args)
+                )
+                m.setattr(backend, "launch", spy)
+            log = TaskLog()
+            npu.subscribe(log)
+            try:
+                torch.manual_seed(0)
+                _varied_program()
+                torch.npu.synchronize()
+            finally:
+                npu.unsubscribe(log)
+        runs.append((_timeline(log), cache.stats()))
+    assert checked and all(checked)
+    (ref, ref_stats), (fast, fast_stats) = runs
+    assert fast_stats == ref_stats and fast_stats.keys > 20
+    spans = [r for r in fast if r[1].startswith(("tiling ", "compile "))]
+    assert len(spans) == (ref_stats.compiles if jit else ref_stats.tilings)
+    assert fast == ref
