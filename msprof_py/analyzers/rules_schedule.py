@@ -106,6 +106,10 @@ def _dispatch_idle(data: RankData) -> tuple[float, float]:
     gaps = gaps[gaps["cause"] == "host-bound dispatch"]
     if gaps.empty:
         return 0.0, 0.0
+    if data.meta.get("source_format"):
+        # an imported profile records no device arrival (its launch_ns is the launch call's
+        # end, an estimate): the whole gap is the host's, as the gap analysis says
+        return float(gaps["duration_ns"].sum()), 0.0
     tasks = data.all_tasks
     work = tasks.loc[tasks["kind"].isin(ops_table.WORK_KINDS), ["start_ns", "launch_ns"]]
     work = work.sort_values("start_ns", kind="stable")
