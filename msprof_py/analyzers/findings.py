@@ -123,8 +123,8 @@ class RuleSpec:
             area=self.area,
             status=FIRED,
             priority=self.priority(share),
-            message=self.message.format(**values),
-            advice=_fill(self.advice, values),
+            message=self.message.format(**_counts(values)),
+            advice=_fill(self.advice, _counts(values)),
             evidence=plain({**values, **(evidence or {})}),
             estimated_gain_us=None if gain_us is None else round(max(0.0, float(gain_us)), 3),
             gain_model=None if self.gain == "none" else self.gain,
@@ -166,6 +166,29 @@ class RuleSpec:
             gain_basis=self.gain_basis,
             rank=rank,
         )
+
+
+class _Count(float):
+    """A per-step count that never prints as 0 when it is not: ``{n:.0f}`` of 0.4 is "0.4"."""
+
+    def __format__(self, spec: str) -> str:
+        if spec == ".0f" and 0.0 < abs(self) < 0.95:
+            return format(float(self), ".1f")
+        return format(float(self), spec)
+
+
+def _counts(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with its per-step counts (``*_per_step`` that are not times) as counts."""
+    return {
+        k: _Count(v)
+        if k.endswith("per_step")
+        and "_us" not in k
+        and "_ns" not in k
+        and isinstance(v, float)
+        and not isinstance(v, bool)
+        else v
+        for k, v in values.items()
+    }
 
 
 def _fill(text: str, values: dict[str, Any]) -> str:
