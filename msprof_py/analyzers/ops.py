@@ -8,6 +8,9 @@ device time of all ops.
 Host ops: ``host_total_ns`` is the ops' spans (an op nested in another, as imported traces
 record ``aten::addmm`` inside ``aten::linear``, counts in both); ``host_self_ns`` leaves out the
 spans of the ops nested in each (summed over the table it counts every host nanosecond once).
+The host table's ``share_of_step`` is of the self time, so that its rows add up: on one thread
+they sum to at most 1 (the ops' share of the step), where shares of the spans would count a
+nested op's time again in every op around it.
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ def top_ops_by_name(data: RankData, n: int | None = 10) -> pd.DataFrame:
 
 def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
     """Host ops by host time: how long the op took on the host (its span, and its self time
-    without the ops nested in it), its launches and device time."""
+    without the ops nested in it), its launches and device time; ``share_of_step`` is the
+    self time's share of the steps' time (the rows of one thread sum to at most 1)."""
     host = data.host
     ops = data.host_ops
     if ops.empty:
@@ -144,7 +148,7 @@ def host_ops(data: RankData, n: int | None = 10) -> pd.DataFrame:
     out["host_mean_ns"] = out["host_total_ns"] / out["count"]
     out["launch_mean_ns"] = out["launch_total_ns"] / out["launches"].where(out["launches"] > 0)
     out["launch_mean_ns"] = out["launch_mean_ns"].fillna(0.0)
-    out["share_of_step"] = share_of(out["host_total_ns"], data.step_time_ns)
+    out["share_of_step"] = share_of(out["host_self_ns"], data.step_time_ns)  # rows add up
     out.insert(0, "rank", data.rank)
     out = out.sort_values(["host_total_ns", "name"], ascending=[False, True])[HOST_COLUMNS]
     return (out if n is None else out.head(n)).reset_index(drop=True)

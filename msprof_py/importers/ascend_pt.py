@@ -15,6 +15,9 @@ much as for our own exports:
   ``connection_id``), stream syncs and other API calls; the ``Ascend Hardware`` tasks that
   kernel_details does not hold (copies, memsets, event records/waits) become tasks, all of them
   when there is no kernel_details.csv. ``torch_to_npu`` flows give each task its host op.
+  An op's ``parent_id`` is the op enclosing it on its thread (time nesting: ``aten::linear``
+  around ``aten::addmm``), so its self time leaves out the ops nested in it; a launch, sync or
+  API call no flow links is the shortest op holding its start.
 * ``memory_record.csv`` (the ``PTA`` component) -> memory events, the block sizes and names
   from ``operator_memory.csv``.
 * ``communication.json`` -> the collectives' buffer bytes and notify-wait time.
@@ -39,6 +42,7 @@ from msprof_py.device.spec import DeviceSpec, preset_names
 from msprof_py.exporters.naming import CANN_DTYPES
 from msprof_py.importers.ascend_files import CsvTable, read_csv, read_json
 from msprof_py.importers.ascend_trace import STEP_PREFIX, TraceView, read_trace
+from msprof_py.importers.nesting import enclosing, shortest_holding
 from msprof_py.profile import ProfileError
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -493,15 +497,23 @@ def host_event_rows(tv: TraceView, flow_sources: set[tuple[int, int]]) -> pd.Dat
         ["start_ns", "end_ns"], ascending=[True, False], kind="stable"
     ).reset_index(drop=True)
     host["event_id"] = np.arange(len(host), dtype=np.int64)
+    host["parent_id"] = nest_ops(host)
     return host
 
 
-def _innermost_op(ops: pd.DataFrame, thread: int, time: int) -> int:
-    """event_id of the shortest op on ``thread`` whose span holds ``time``, else -1."""
-    cand = ops[(ops["thread"] == thread) & (ops["start_ns"] <= time) & (ops["end_ns"] >= time)]
-    if cand.empty:
-        return -1
-    return int(cand.loc[(cand["end_ns"] - cand["start_ns"]).idxmin(), "event_id"])
+def nest_ops(host: pd.DataFrame) -> np.ndarray:
+    """``parent_id`` of each host event: of an op, the op enclosing it on its thread (the
+    time nesting of :func:`~msprof_py.importers.nesting.enclosing`: ``aten::linear`` around
+    ``aten::addmm``), else -1."""
+    parent = np.full(len(host), -1, dtype=np.int64)
+    is_op = (host["kind"] == "op").to_numpy()
+    if not is_op.any():
+        return parent
+    ops = host[is_op]
+    at = enclosing(ops["thread"].to_numpy(), ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy())
+    ids = ops["event_id"].to_numpy(dtype=np.int64)
+    parent[is_op] = np.where(at >= 0, ids[np.clip(at, 0, None)], -1)
+    return parent
 
 
 def link_tasks(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
@@ -546,7 +558,11 @@ def link_tasks(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
     launch_ns = tasks["start_ns"].to_numpy(dtype=np.int64).copy()
     launched = np.zeros(len(tasks), dtype=bool)
     task_id = np.full(len(host), -1, dtype=np.int64)
-    parent = np.full(len(host), -1, dtype=np.int64)
+    parent = (
+        host["parent_id"].to_numpy(dtype=np.int64).copy()
+        if "parent_id" in host
+        else np.full(len(host), -1, dtype=np.int64)
+    )
     stream = host["stream_id"].to_numpy(dtype=np.int64).copy()
     kinds = host["kind"].to_numpy(dtype=object)
     ids = tasks["task_id"].to_numpy(dtype=np.int64)
@@ -562,8 +578,18 @@ def link_tasks(tasks: pd.DataFrame, host: pd.DataFrame, tv: TraceView) -> None:
             launch_ns[i] = min(end, int(tasks["start_ns"].iat[i]))
             launched[i] = True
         parent[j] = host_op[i]
-    for j in np.flatnonzero((parent < 0) & np.isin(kinds, ["launch", "sync", "api"])):
-        parent[j] = _innermost_op(ops, int(host["thread"].iat[j]), int(host["start_ns"].iat[j]))
+    # calls no task names: the shortest op holding their start on their thread
+    calls = np.flatnonzero((parent < 0) & np.isin(kinds, ["launch", "sync", "api"]))
+    if len(calls) and len(ops):
+        at = shortest_holding(
+            ops["thread"].to_numpy(),
+            ops["start_ns"].to_numpy(),
+            ops["end_ns"].to_numpy(),
+            host["thread"].to_numpy()[calls],
+            host["start_ns"].to_numpy()[calls],
+        )
+        op_ids = ops["event_id"].to_numpy(dtype=np.int64)
+        parent[calls] = np.where(at >= 0, op_ids[np.clip(at, 0, None)], -1)
     host["task_id"] = task_id
     host["parent_id"] = parent
     host["stream_id"] = stream

@@ -92,6 +92,12 @@ def test_round_trip_tables(recorded: Path, imported: Path) -> None:
     g_op = got.tasks.sort_values("start_ns")["host_op_id"].map(names).tolist()
     r_op = raw.tasks.sort_values("start_ns")["host_op_id"].map(raw_names).tolist()
     assert g_op == r_op
+    # each launch and sync made by the op the raw run says (flows, else the time nesting)
+    calls = []
+    for frame in (raw.host_events, got.host_events):
+        c = frame[frame["kind"].isin(["launch", "sync"])].sort_values(["start_ns", "name"])
+        calls.append(c["parent_id"].map(frame.set_index("event_id")["name"]).fillna("").tolist())
+    assert calls[0] == calls[1]
     # memory: every allocator event (the totals to the byte the MB text keeps)
     rm = raw.memory[raw.memory["action"] != "oom"]
     assert len(got.memory) == len(rm)
@@ -109,6 +115,11 @@ def test_round_trip_analysis(recorded: Path, imported: Path) -> None:
     assert got.top_ops["by_type"][cols].equals(raw.top_ops["by_type"][cols])
     cols = ["name", "op_type", "count", "total_ns"]
     assert got.top_ops["by_name"][cols].equals(raw.top_ops["by_name"][cols])
+    # host ops: spans, self times (the imported ops nest by time, the raw ones do not) and
+    # the shares of the self time, as the raw run's
+    cols = ["name", "count", "host_total_ns", "host_self_ns", "launches", "share_of_step"]
+    g_host, r_host = got.top_ops["host"][cols], raw.top_ops["host"][cols]
+    assert g_host.astype({"name": str}).equals(r_host.astype({"name": str}))
     g_copy, r_copy = got.copy["summary"][0], raw.copy["summary"][0]
     for key in ("copies", "copy_ratio", "exposed_ns", "host_blocked_ns"):
         assert g_copy[key] == pytest.approx(r_copy[key]), key

@@ -3,9 +3,11 @@ classified like CANN's, profiles found below a folder (one-line errors for none 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from import_helpers import one_line_error
 from kineto_fixture import SGEMM, _flow, _gpu, _launch, _x, trace, write
@@ -14,7 +16,7 @@ from test_ascend_import import write_real
 import msprof_py
 from msprof_py.analyzers import context, graphs, ops, syncs
 from msprof_py.analyzers.api import resolve
-from msprof_py.importers.nesting import enclosing
+from msprof_py.importers.nesting import enclosing, shortest_holding
 from msprof_py.profile import ProfileError
 
 
@@ -94,6 +96,133 @@ def test_host_ops_self_time_counts_nested_ops_once(nested: Path) -> None:
     assert graphs.split(data)["eager_host_ns_per_step"] == 150_000
     assert table.loc["aten::addmm", "launches"] == 1
     assert table.loc["aten::addmm", "device_total_ns"] == 20_000
+    assert table["share_of_step"].sum() == pytest.approx(150_000 / 200_000)  # of self time
+
+
+def _holding_by_scan(threads, starts, ends, thread: int, time: int) -> int:
+    """The reference: scan every span for the shortest on ``thread`` holding ``time``."""
+    best = -1
+    for i, (tid, s, e) in enumerate(zip(threads, starts, ends, strict=True)):
+        if tid == thread and s <= time <= e and (best < 0 or e - s < ends[best] - starts[best]):
+            best = i
+    return best
+
+
+def test_shortest_holding_is_the_scan_of_every_span() -> None:
+    # thread 0: A [0, 10] holds B [2, 5]; C [5, 5] (zero-length, B's end); D [0, 10] (A's
+    # twin: A, first, wins); E [12, 20] overlaps F [15, 25]; thread 1: G [3, 4]
+    threads, starts, ends = (
+        [0, 0, 0, 0, 0, 0, 1],
+        [0, 2, 5, 0, 12, 15, 3],
+        [10, 5, 5, 10, 20, 25, 4],
+    )
+    at = [0, 0, 0, 0, 0, 0, 0, 1, 1, 2]
+    times = [5, 3, 0, 10, 11, 16, 26, 3, 5, 3]
+    got = shortest_holding(threads, starts, ends, at, times).tolist()
+    assert got == [2, 1, 0, 0, -1, 4, -1, 6, -1, -1]
+    rng = np.random.default_rng(7)  # many random spans, ties and zero lengths included
+    threads = rng.integers(0, 3, 300)
+    starts = rng.integers(0, 200, 300)
+    ends = starts + rng.integers(0, 40, 300)
+    at, times = rng.integers(0, 4, 500), rng.integers(0, 250, 500)
+    got = shortest_holding(threads, starts, ends, at, times).tolist()
+    ref = [_holding_by_scan(threads, starts, ends, t, x) for t, x in zip(at, times, strict=True)]
+    assert got == ref
+
+
+def _ascend_nested(parent: Path) -> Path:
+    """A torch_npu folder of one 200 us step: thread 7 runs linear [10, 110) around t [15, 20)
+    and addmm [30, 90) (whose aclnn launch at 40 the flowless trace leaves to the time
+    nesting), then relu [120, 140) (a stream sync at 125); thread 8 runs linear [150, 180)
+    around addmm [155, 175) (us)."""
+
+    def op(name: str, ts: int, dur: int, tid: int = 7) -> dict[str, Any]:
+        return {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": name,
+            "pid": 1,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+        }
+
+    def cann(name: str, ts: int, dur: int, **args: Any) -> dict[str, Any]:
+        return {
+            "ph": "X",
+            "name": f"AscendCL@{name}",
+            "pid": 2,
+            "tid": 7,
+            "ts": ts,
+            "dur": dur,
+            "args": args,
+        }
+
+    events = [
+        *(
+            {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
+            for pid, name in ((1, "Python"), (2, "CANN"), (3, "Ascend Hardware"))
+        ),
+        {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 7, "ts": 1000, "dur": 200},
+        op("aten::linear", 1010, 100),
+        op("aten::t", 1015, 5),
+        op("aten::addmm", 1030, 60),
+        cann("aclnnAddmm", 1040, 10, connection_id=31),
+        op("aten::relu", 1120, 20),
+        cann("aclrtSynchronizeStream", 1125, 10),
+        op("aten::linear", 1150, 30, tid=8),
+        op("aten::addmm", 1155, 20, tid=8),
+        {
+            "ph": "X",
+            "name": "MatMulV2",
+            "pid": 3,
+            "tid": 2,
+            "ts": 1060,
+            "dur": 20,
+            "args": {"Stream Id": 2, "Task Type": "AI_CORE", "connection_id": 31},
+        },
+    ]
+    run = parent / "node_1_20250109085251123_ascend_pt"
+    (run / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (run / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(events))
+    return run
+
+
+def test_ascend_pt_ops_nest_and_their_shares_add_up(tmp_path: Path) -> None:
+    profile = msprof_py.load(_ascend_nested(tmp_path))
+    host = profile.host_events.set_index("event_id")
+
+    def parent(kind: str, name: str, thread: int = 7) -> str:
+        row = host[(host["kind"] == kind) & (host["name"] == name) & (host["thread"] == thread)]
+        pid = row["parent_id"].iloc[0]
+        return host.loc[pid, "name"] if pid >= 0 else ""
+
+    assert parent("op", "aten::t") == parent("op", "aten::addmm") == "aten::linear"
+    assert parent("op", "aten::addmm", 8) == "aten::linear"  # its own thread's linear
+    assert parent("op", "aten::linear") == parent("op", "aten::relu") == ""
+    assert parent("launch", "aclnnAddmm") == "aten::addmm"  # the shortest op holding it
+    assert parent("sync", "aclrtSynchronizeStream") == "aten::relu"
+    data = context.prepare(profile, 0)
+    table = ops.host_ops(data, None).set_index("name")
+    # a trace_view span of d us ends d us + 1 ns after its start (the exports' closed
+    # intervals): linear self 100.001 - 5.001 - 60.001 us and 30.001 - 20.001 us ...
+    assert table["host_self_ns"].to_dict() == {
+        "aten::linear": 34_999 + 10_000,
+        "aten::addmm": 60_001 + 20_001,
+        "aten::relu": 20_001,
+        "aten::t": 5_001,
+    }
+    assert table.loc["aten::linear", "host_total_ns"] == 130_002  # the spans, nested kept
+    assert table.loc["aten::addmm", "launches"] == 1
+    # shares are of the self time over the 200.001 us step: they add up to the top-level
+    # ops' 150.003 us, at most the step (the spans' shares would add up to 1.15)
+    assert data.step_time_ns == 200_001
+    assert table["share_of_step"].to_dict() == pytest.approx(
+        (table["host_self_ns"] / 200_001).to_dict()
+    )
+    assert table["share_of_step"].sum() == pytest.approx(150_003 / 200_001)
+    assert table["share_of_step"].sum() <= 1.0
+    assert (table["host_total_ns"].sum() / 200_001) > 1.0  # what the spans would give
 
 
 def test_cuda_syncs_are_classified_like_their_aclrt_counterparts(tmp_path: Path) -> None:
