@@ -117,6 +117,13 @@ def fusion(data: RankData) -> pd.DataFrame:
     return cached
 
 
+def fusion_members(data: RankData) -> pd.DataFrame:
+    """The host ops of every pattern match: ``match`` and ``event_id``, one row per op (read
+    off the op stream when :func:`fusion` re-costs the matches)."""
+    fusion(data)
+    return data.cache.get("fusion_members", pd.DataFrame({"match": [], "event_id": []}))
+
+
 def _fusion(data: RankData) -> pd.DataFrame:
     matches, members = find(data)
     spec = data.spec
@@ -125,6 +132,9 @@ def _fusion(data: RankData) -> pd.DataFrame:
     stream = op_stream(data)
     rows = members["row"].to_numpy()
     ids = stream["event_id"].to_numpy()[rows]
+    data.cache["fusion_members"] = pd.DataFrame(
+        {"match": members["match"].to_numpy(), "event_id": ids}
+    )
     c = op_costs(data, np.unique(ids)).reindex(ids).fillna(0)
     glue = stream["glue"].to_numpy()[rows]
     m = members["match"].to_numpy()

@@ -23,7 +23,7 @@ from msprof_py.analyzers import (
     replay,
     timeline,
 )
-from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 
 
@@ -171,10 +171,46 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in groups.head(5).itertuples()
         ],
     }
-    finding = spec.fire(values, values["share"], us(saved / n), data.rank, evidence)
+    gain = saved / n
+    if spec.extra.get("estimate") == "replay":
+        replayed = fusion_replay_gain_ns(data, sel)
+        evidence["device_saved_us_per_step"] = us(saved / n)
+        evidence["replayed"] = replayed is not None
+        gain = gain if replayed is None else replayed
+    finding = spec.fire(values, values["share"], us(gain), data.rank, evidence)
     finding.message += (" " + outcomes["sentence"]) if outcomes["sentence"] else ""
     finding.advice += compiled_note(data)
     return finding
+
+
+def fusion_replay_gain_ns(data: RankData, sel: pd.DataFrame) -> float | None:
+    """Step time saved per step (ns) if each chain of ``sel`` (pattern matches with their
+    ``fused_ns``) ran as one fused kernel: the chain's first cube kernel (its first task
+    where none runs on the cube) takes the fused duration, and its other tasks go with their
+    launches (a fused op is one launch), replayed (:mod:`msprof_py.analyzers.replay`); None
+    without host launch records. The host time of the ops outside their launches is kept."""
+    if not (data.all_host["kind"] == "launch").any():
+        return None
+    ops = recost.fusion_members(data)
+    ops = ops[ops["match"].isin(sel["match"])]
+    tasks = data.tasks
+    t = tasks.loc[
+        tasks["host_op_id"].isin(ops["event_id"]) & tasks["kind"].isin((KERNEL, "memcpy")),
+        ["task_id", "host_op_id", "task_type"],
+    ]
+    t = t.merge(ops, left_on="host_op_id", right_on="event_id").sort_values("task_id")
+    if t.empty:
+        return None
+    t["cube"] = t["task_type"].isin(CUBE_TYPES)
+    # the kept task per chain: its first cube task, else its first task
+    keep = t.sort_values(["cube", "task_id"], ascending=[False, True], kind="stable")
+    keep = keep.drop_duplicates("match")
+    fused = sel.set_index("match")["fused_ns"]
+    durations = pd.Series(
+        fused.reindex(keep["match"]).to_numpy(float), index=keep["task_id"].to_numpy()
+    )
+    drop = t.loc[~t["task_id"].isin(keep["task_id"]), "task_id"]
+    return replay.gain_ns(data, drop, durations)
 
 
 def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
