@@ -11,16 +11,22 @@ import pytest
 import resnet50_graph
 import two_tower_graph
 
+from msprof_py.adapter import runtime
 from msprof_py.device import SimulatedNpu, TaskLog
 
 ROOT = Path(__file__).resolve().parents[3]
 
 #: the smallest ResNet with every block kind (a projection shortcut included)
-TINY = resnet50_graph.Workload(batch=2, image=16, blocks=(1,), width=4, classes=3, steps=2)
+TINY = resnet50_graph.Workload(batch=2, image=16, blocks=(1,), width=4, classes=3, steps=1)
 
 
 def test_graph_variant_launches_two_graphs_and_fuses(npu: SimulatedNpu) -> None:
+    runtime.state().compiled.clear()
+    log = TaskLog()
+    npu.subscribe(log)
     eager = resnet50_graph.run_variant("eager", False, False, TINY)
+    npu.unsubscribe(log)
+    eager_end = npu.engine.host_ns
     graph = resnet50_graph.run_variant("graph", True, False, TINY)
     assert eager.graph_launches == 0 and eager.reuse_ratio is None and eager.graphs == 0
     # one ModelExecute for the forward graph and one for the backward graph per step
@@ -31,8 +37,17 @@ def test_graph_variant_launches_two_graphs_and_fuses(npu: SimulatedNpu) -> None:
     assert 0.0 < graph.reuse_ratio < 1.0
     # the modelled compile time: 20 ms per graph + 0.2 ms per op node, once (first step)
     assert graph.compile_ns > 2 * 20_000_000
-    assert graph.mean_step_ns < graph.step_ns[0]
-    assert graph.throughput == pytest.approx(TINY.batch / (graph.mean_step_ns * 1e-9))
+    # the compiling first step is warm-up; the measured step is the last, compile-free one
+    assert graph.warmup >= 1 and len(graph.step_ns) == graph.warmup + TINY.steps
+    assert graph.measured_ns == graph.step_ns[-1:]
+    assert graph.step_ns[-1] < graph.step_ns[0]
+    assert graph.throughput == pytest.approx(TINY.batch / (graph.step_ns[-1] * 1e-9))
+    # eager in a fresh compile cache: step 1 compiles (or tiles) every op key, and its warm-up
+    # ends only once a step met no new key
+    assert eager.warmup >= 1 and eager.op_compile_ns > 0
+    spans = [r for r in log.host if r.name.startswith(("compile ", "tiling "))]
+    assert sum(r.end_ns - r.start_ns for r in spans) == eager.op_compile_ns
+    assert max(r.end_ns for r in spans) <= eager_end - eager.step_ns[-1]
 
 
 def test_parallel_streams_shorten_the_two_tower_step(npu: SimulatedNpu) -> None:
