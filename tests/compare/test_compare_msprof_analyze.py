@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 import zipfile
 from pathlib import Path
 
 import pytest
 from compare_helpers import run, save
+from msprof_analyze_cli import msprof_analyze
 
 from msprof_py.compare import compare
 from msprof_py.exporters.ascend_pt import export_ascend_pt
 
 pytest.importorskip("msprof_analyze")
 
-CLI = (
-    "import sys; from msprof_analyze.cli.entrance import msprof_analyze_cli; "
-    "sys.argv[0] = 'msprof-analyze'; sys.exit(msprof_analyze_cli())"
-)
 _M = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
 _REL = "{http://schemas.openxmlformats.org/officeDocument/2006/relationships}id"
 
@@ -59,12 +54,10 @@ def sheet_rows(book: Path, name: str) -> list[list[object]]:
 def msprof_analyze_compare(new: Path, base: Path, out: Path) -> tuple[str, dict[str, list]]:
     """Run ``msprof-analyze compare -d new -bp base -o out``: its output and OverallMetrics
     (index, without the tree indent -> the row's cells)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CLI, "compare", "-d", str(new), "-bp", str(base), "-o", str(out)],
-        cwd=out.parent, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = msprof_analyze(
+        "compare", "-d", str(new), "-bp", str(base), "-o", str(out), cwd=out.parent
+    )
     text = proc.stdout + proc.stderr
-    assert proc.returncode == 0, text[-3000:]
     (book,) = out.glob("performance_comparison_result_*.xlsx")
     rows = sheet_rows(book, "OverallMetrics")
     return text, {str(r[0]).strip(): r for r in rows if r and isinstance(r[0], str)}

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from msprof_analyze_cli import advisor_problems
 
 import msprof_py
 from msprof_py.adapter.compile_cache import CompileCache
@@ -105,20 +104,8 @@ def test_binary_kernels_are_dynamic_and_only_tile(
         assert "set_compile_mode" not in f.advice and "buckets" in f.advice
 
 
-CLI = (
-    "import sys; from msprof_analyze.cli.entrance import msprof_analyze_cli; "
-    "sys.argv[0] = 'msprof-analyze'; sys.exit(msprof_analyze_cli())"
-)
-
-
 def _advisor_problems(run: Path, cwd: Path) -> set[str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", CLI, "advisor", "all", "-d", str(run), "-l", "en", "--agent"],
-        cwd=cwd, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    report = json.loads(proc.stdout[proc.stdout.index('{"status"') :])
-    return {row[0] for row in report["message"]["problems"]["data"]}
+    return set(advisor_problems(run, cwd))
 
 
 @pytest.mark.slow  # the real advisor takes a while on a 2-core machine

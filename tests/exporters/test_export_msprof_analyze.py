@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import csv
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from msprof_analyze_cli import advisor_report, msprof_analyze
 
 pytest.importorskip("msprof_analyze")
-
-CLI = (
-    "import sys; from msprof_analyze.cli.entrance import msprof_analyze_cli; "
-    "sys.argv[0] = 'msprof-analyze'; sys.exit(msprof_analyze_cli())"
-)
-
-
-def msprof_analyze(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run msprof-analyze (it warns when run as root; it writes files into ``cwd``)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
 
 
 @pytest.mark.slow  # the compute-split test below runs the advisor on two samples by default
 def test_advisor_reads_a_single_card_run(recorded_run: Path, tmp_path: Path) -> None:
-    proc = msprof_analyze(
-        "advisor", "all", "-d", str(recorded_run), "-l", "en", "--agent", cwd=tmp_path
-    )
-    report = json.loads(proc.stdout[proc.stdout.index('{"status"') :])
+    report = advisor_report(recorded_run, tmp_path)
     assert report["status"] == "success"
     problems = {row[0]: row for row in report["message"]["problems"]["data"]}
     summary = problems["Overall Summary"][1]
@@ -76,9 +57,7 @@ def test_cluster_step_trace_time_of_two_ranks(cluster_runs: Path, tmp_path: Path
 
 def _overall_split(run: Path, cwd: Path) -> dict[str, float]:
     """The advisor's Overall Summary table: index name -> duration (ms)."""
-    proc = msprof_analyze("advisor", "all", "-d", str(run), "-l", "en", "--agent", cwd=cwd)
-    report = json.loads(proc.stdout[proc.stdout.index('{"status"') :])
-    rows = report["message"]["Overall Summary"]["data"]
+    rows = advisor_report(run, cwd)["message"]["Overall Summary"]["data"]
     return {name.strip(" -"): float(ms) for name, ms, _ in rows}
 
 

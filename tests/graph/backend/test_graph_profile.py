@@ -114,6 +114,20 @@ def test_kernel_details_show_the_graph_node_names(run: dict) -> None:
     assert planned & names and "_native_batch_norm_legit_functional" in names
 
 
+def test_msprof_analyze_advisor_reads_the_compiled_export(run: dict, tmp_path: Path) -> None:
+    pytest.importorskip("msprof_analyze")
+    from msprof_analyze_cli import advisor_problems
+
+    problems = advisor_problems(run["path"], tmp_path)
+    summary = problems["Overall Summary"][1]
+    assert "Computing Time is 0.0ms" not in summary and "Free Time" in summary
+    # the advisor ranks the graph's kernels, fused ones included, by their CANN types
+    with open(run["path"] / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as f:
+        types = {row["Type"] for row in csv.DictReader(f)}
+    block_dim = problems["Block Dim Issues"][1]
+    assert "Conv2D" in block_dim and any(t in block_dim for t in types - {"Conv2D"})
+
+
 def test_analysis_splits_the_step_and_describes_the_graphs(run: dict) -> None:
     a = msprof_py.analyze(run["path"], warmup=0, keep_outliers=True)  # every step
     summary = a.graphs["summary"][0]
