@@ -14,6 +14,14 @@ US = 1000
 STAGE1, STAGE2, SYNC = 6 * US, 10 * US, 5 * US  # the 910B preset's dispatch costs
 
 
+def end_step(b: Builder, step: int, step_start: int, host: int, tail: int) -> int:
+    """The step's closing device synchronize (after the host and the last task); its end."""
+    sync_end = max(host, tail) + SYNC
+    b.event("sync", "aclrtSynchronizeDevice", host, sync_end, step=step)
+    b.step(step, step_start, sync_end)
+    return sync_end
+
+
 def pipeline(
     kernel_us: int, kernels: int = 3, steps: int = 3, middle: str = "Add", held_us: int = 0
 ) -> Profile:
@@ -42,10 +50,7 @@ def pipeline(
             )
             b.event("launch", "aten::add", host, h_end, task_id=tid, step=s)
             host = h_end
-        sync_end = max(host, tail) + SYNC
-        b.event("sync", "aclrtSynchronizeDevice", host, sync_end, step=s)
-        host = sync_end
-        b.step(s, step_start, host)
+        host = end_step(b, s, step_start, host, tail)
     return b.build()
 
 
@@ -146,10 +151,7 @@ def conv_pipeline(kernel_us: int, steps: int = 3) -> Profile:
             )  # fmt: skip
             b.event("launch", name, host, h_end, task_id=tid, parent_id=op, step=s)
             host = h_end
-        sync_end = max(host, tail) + SYNC
-        b.event("sync", "aclrtSynchronizeDevice", host, sync_end, step=s)
-        host = sync_end
-        b.step(s, step_start, host)
+        host = end_step(b, s, step_start, host, tail)
     return b.build()
 
 
