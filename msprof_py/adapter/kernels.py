@@ -94,10 +94,14 @@ def to_copy(
     with torch._C.DisableTorchFunctionSubclass():  # UninitializedParameter hides its shape
         shape = torch._C.TensorBase.size(self)
         own_stride = torch._C.TensorBase.stride(self)
+        contiguous = torch._C.TensorBase.is_contiguous(self)
         own_dtype, own_device = self.dtype, self.device
     target = torch.device(device) if device is not None else own_device
     dtype = dtype or own_dtype
-    stride = _copy_strides(shape, own_stride, memory_format)
+    if contiguous and memory_format in (None, torch.preserve_format):
+        stride = own_stride  # the common case, without the dimension sort
+    else:
+        stride = _copy_strides(shape, own_stride, memory_format)
     if target.type == "npu":
         dst = torch.empty_strided(shape, stride, dtype=dtype, device="npu")
         _keep_private_format(self, dst)

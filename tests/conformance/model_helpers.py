@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from cuda_autocast import CudaPolicyOnCpu
+from opinfo_runner import differing
 from torch import nn
 
 Batch = Any
@@ -38,15 +39,9 @@ def tie_groups(model: nn.Module) -> list[list[str]]:
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equal values on any devices, NaN equal to NaN in the same places."""
+    """Bitwise equal values on any devices (NaN equal to NaN, -0.0 not equal to 0.0)."""
     a, b = a.detach().cpu(), b.detach().cpu()
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if torch.equal(a, b):
-        return True
-    if not a.is_floating_point():
-        return False
-    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+    return a.dtype == b.dtype and a.shape == b.shape and not bool(differing(a, b).any())
 
 
 def same_losses(a: Sequence[float], b: Sequence[float]) -> bool:

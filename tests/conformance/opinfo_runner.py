@@ -284,11 +284,11 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
-def _differing(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
+def differing(expected: torch.Tensor, actual: torch.Tensor) -> torch.Tensor:
     """Bool mask of positions whose values differ (bitwise; NaN equals NaN)."""
     if expected.is_complex():
         e, a = torch.view_as_real(expected), torch.view_as_real(actual)
-        return _differing(e, a).any(-1)
+        return differing(e, a).any(-1)
     if expected.is_floating_point():
         same = (_bits(expected) == _bits(actual)) | (expected.isnan() & actual.isnan())
         return ~same
@@ -319,7 +319,7 @@ def compare_tensors(
         expected, actual = expected.to(torch.complex64), actual.to(torch.complex64)
     if expected.is_quantized:
         expected, actual = expected.int_repr(), actual.int_repr()
-    mask = _differing(expected, actual)
+    mask = differing(expected, actual)
     if not bool(mask.any()):
         return None
     first = tuple(int(i) for i in mask.nonzero()[0].tolist())

@@ -54,10 +54,10 @@ def test_reference_dropout_is_the_fused_form() -> None:
     assert torch.equal(got, fused)
 
 
-def _case(name: str, amp: tuple[torch.dtype, bool]) -> None:
+def _case(name: str, amp: tuple[torch.dtype, bool], attn: str = "eager") -> None:
     build, batches = hf.MODELS[name]
     result = compare_training(
-        lambda: build("eager"), batches(), hf._hf_loss, amp=amp[0], scaler=amp[1]
+        lambda: build(attn), batches(), hf._hf_loss, amp=amp[0], scaler=amp[1]
     )
     assert result.problems() == []
 
@@ -79,11 +79,7 @@ def test_hf_model_under_amp_trains_like_the_cuda_policy_on_cpu(
 def test_hf_models_under_amp_all_variants(
     npu: SimulatedNpu, name: str, amp: tuple[torch.dtype, bool], attn: str
 ) -> None:
-    build, batches = hf.MODELS[name]
-    result = compare_training(
-        lambda: build(attn), batches(), hf._hf_loss, amp=amp[0], scaler=amp[1]
-    )
-    assert result.problems() == []
+    _case(name, amp, attn)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from model_helpers import OPTIMIZERS
+from model_helpers import OPTIMIZERS, same_values
 from torch import nn
 
 from msprof_py.device import SimulatedNpu
@@ -150,7 +150,7 @@ def _run(module: nn.Module, inputs: list[torch.Tensor], device: str) -> tuple[li
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num())
+    return same_values(a, b)
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
