@@ -49,7 +49,13 @@ API
   ``vector.vector_op`` builds more.
 - Sync: ``SetFlag(HardEvent.MTE2_V, id)`` / ``WaitFlag``, ``PipeBarrier(Pipe.V | Pipe.ALL)``,
   ``GetBlockIdx()``, ``GetBlockNum()``, ``ScalarWork(cycles)``.
-- :func:`launch` ``(kernel, block_dim, *args, chip=None, strict_sync=True, name=None)`` ->
+- Mix kernels (:mod:`mix`): ``launch(..., kernel_type="mix_aic_1_2")`` runs each block as an
+  AIC + 2 AIVs with their own pipes and buffers; ``IsAic()`` / ``IsAiv()`` guard each side's
+  code, ``GetSubBlockIdx()`` / ``GetSubBlockNum()`` split the vector work,
+  ``CrossCoreSetFlag(id, pipe)`` / ``CrossCoreWaitFlag(id, pipe)`` order the GM hand-off
+  (``mix.CROSS_CORE_CYCLES`` of latency [U]); ``BlockResult.sub_blocks``.
+- :func:`launch` ``(kernel, block_dim, *args, chip=None, strict_sync=True, name=None,
+  kernel_type=None)`` ->
   :class:`LaunchResult`: ``total_cycles``, ``duration_ns/us``, ``core_type`` (aiv / mix /
   aicore), ``cores``, ``waves``, ``blocks`` (:class:`BlockResult`: core, start, end,
   ``pipe_busy``, ``ratio(pipe)``, instructions), ``core_results``, ``pipe_busy()``,
@@ -97,8 +103,9 @@ Fractal data layouts (matrices are row-major everywhere; the cost is fractal-bas
 bfloat16 (numpy has none); HBM / L2 contention between cores (each core gets its table
 bandwidth however many run); per-burst stride penalties (a strided copy costs its total
 bytes); pipelining inside a pipe and V / M start-up latency; finite instruction queues between
-the scalar unit and the pipes; cross-core sync and the AIC <-> AIV split of mix kernels (a mix
-block is one core holding every buffer); bias table, L0C -> L1 / UB paths; vector masks other
+the scalar unit and the pipes; a mix kernel launched without ``kernel_type`` is one core
+holding every buffer (the AIC / AIV split needs ``kernel_type="mix_aic_1_2"`` and guarded
+code); bias table, L0C -> L1 / UB paths; vector masks other
 than contiguous element counts.
 """
 
@@ -115,8 +122,22 @@ from msprof_py.kernels.errors import (
     SyncError,
 )
 from msprof_py.kernels.launch import launch
+from msprof_py.kernels.mix import (
+    CrossCoreSetFlag,
+    CrossCoreWaitFlag,
+    GetSubBlockIdx,
+    GetSubBlockNum,
+    IsAic,
+    IsAiv,
+)
 from msprof_py.kernels.queues import TBuf, TPipe, TQue
-from msprof_py.kernels.results import BlockResult, CoreResult, InstrRecord, LaunchResult
+from msprof_py.kernels.results import (
+    BlockResult,
+    CoreResult,
+    InstrRecord,
+    LaunchResult,
+    SubBlockResult,
+)
 from msprof_py.kernels.sync import (
     GetBlockIdx,
     GetBlockNum,
@@ -153,10 +174,12 @@ from msprof_py.kernels.vector import (
 
 __all__ = [
     "Abs", "Add", "Adds", "AlignmentError", "BlockResult", "Buffer", "BufferOverflowError",
-    "Cast", "Chip", "CoreResult", "DataCopy", "DataCopyPad", "DataCopyParams", "Div",
-    "Duplicate", "Exp", "Fixpipe", "GetBlockIdx", "GetBlockNum", "GlobalTensor", "HardEvent",
-    "InstrRecord", "KernelError", "LaunchResult", "Ln", "LoadData", "LocalTensor", "Max", "Maxs",
-    "Min", "Mins", "Mmad", "Mul", "Muls", "OperandError", "Pipe", "PipeBarrier", "QueueError",
-    "Reciprocal", "ReduceMax", "ReduceMin", "ReduceSum", "Relu", "ScalarWork", "SetFlag", "Sqrt",
-    "Sub", "SyncError", "TBuf", "TPipe", "TPosition", "TQue", "WaitFlag", "current", "launch",
+    "Cast", "Chip", "CoreResult", "CrossCoreSetFlag", "CrossCoreWaitFlag", "DataCopy",
+    "DataCopyPad", "DataCopyParams", "Div", "Duplicate", "Exp", "Fixpipe", "GetBlockIdx",
+    "GetBlockNum", "GetSubBlockIdx", "GetSubBlockNum", "GlobalTensor", "HardEvent", "InstrRecord",
+    "IsAic", "IsAiv", "KernelError", "LaunchResult", "Ln", "LoadData", "LocalTensor", "Max",
+    "Maxs", "Min", "Mins", "Mmad", "Mul", "Muls", "OperandError", "Pipe", "PipeBarrier",
+    "QueueError", "Reciprocal", "ReduceMax", "ReduceMin", "ReduceSum", "Relu", "ScalarWork",
+    "SetFlag", "Sqrt", "Sub", "SubBlockResult", "SyncError", "TBuf", "TPipe", "TPosition", "TQue",
+    "WaitFlag", "current", "launch",
 ]  # fmt: skip

@@ -8,7 +8,8 @@ byte regions, applies the waits queues impose and schedules the instruction on t
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -29,10 +30,29 @@ _CURRENT: contextvars.ContextVar[CoreState | None] = contextvars.ContextVar(
 class CoreState:
     """The state of one block while its kernel body runs."""
 
-    def __init__(self, chip: Chip, block_idx: int, block_dim: int, *, strict: bool = True) -> None:
+    def __init__(
+        self,
+        chip: Chip,
+        block_idx: int,
+        block_dim: int,
+        *,
+        strict: bool = True,
+        unit: str | None = None,
+        sub_block_idx: int = 0,
+    ) -> None:
         self.chip = chip
         self.block_idx = block_idx
         self.block_dim = block_dim
+        #: None for a single-core block; "aic" or "aiv" for one sub-core of a split mix block
+        #: (``launch(..., kernel_type="mix_aic_1_2")``), which owns only its side's buffers
+        #: and pipes
+        self.unit = unit
+        #: which vector core of the block (0 / 1) for an "aiv" unit; 0 for the AIC
+        self.sub_block_idx = sub_block_idx
+        #: the cross-core flag mailbox of the block's sub-cores (set by the mix runner)
+        self.group: object | None = None
+        #: a single-core block's own cross-core flag tokens (flag id -> set times)
+        self.cross_core_tokens: dict[int, deque[int]] = {}
         self.timeline = Timeline(strict=strict, event_ids=chip.event_ids)
         self.memory: dict[Buffer, np.ndarray] = {
             buf: np.zeros(size, dtype=np.uint8) for buf, size in chip.capacity.items()
@@ -54,6 +74,8 @@ class CoreState:
         detail: str = "",
     ) -> Instr:
         """Schedule one instruction that reads and writes the given operand bytes."""
+        if self.unit is not None:
+            self.check_side(pipe, name, (t for t, _ in (*reads, *writes)))
         waits: list[tuple[str, int]] = []
         for tensor, _ in (*reads, *writes):
             slot = getattr(tensor, "slot", None)
@@ -82,6 +104,42 @@ class CoreState:
             if slot is not None:
                 slot.last_pipe = slot.last_writer = pipe
         return instr
+
+    @property
+    def unit_name(self) -> str:
+        """``aic``, ``aiv0`` / ``aiv1`` for a sub-core of a split mix block, else ``""``."""
+        if self.unit is None:
+            return ""
+        return "aic" if self.unit == "aic" else f"aiv{self.sub_block_idx}"
+
+    def check_owns(self, buffer: Buffer, what: str) -> None:
+        """Raise unless this sub-core has ``buffer`` (the AIC: L1 / L0A / L0B / L0C; an AIV:
+        UB); a single-core block has every buffer."""
+        if self.unit is None or buffer is Buffer.GM:
+            return
+        cube = buffer in _CUBE_BUFFERS
+        if cube != (self.unit == "aic"):
+            owner = "the AIC (cube core)" if cube else "the AIV (vector cores)"
+            guard = "IsAic()" if cube else "IsAiv()"
+            raise KernelError(
+                f"{what} on {self.unit_name}: {buffer.value} belongs to {owner}; "
+                f"guard that code with {guard}"
+            )
+
+    def check_side(self, pipe: Pipe, name: str, operands: Iterable[Operand]) -> None:
+        """Raise when an instruction runs on the wrong sub-core of a split mix block."""
+        if self.unit == "aic" and pipe is Pipe.V:
+            raise KernelError(
+                f"{name} on aic: the V pipe is on the AIV (vector cores); guard it with IsAiv()"
+            )
+        if self.unit == "aiv" and pipe in (Pipe.M, Pipe.MTE1, Pipe.FIX):
+            raise KernelError(
+                f"{name} on {self.unit_name}: the {pipe.value} pipe is on the AIC (cube core); "
+                "guard it with IsAic()"
+            )
+        for tensor in operands:
+            if isinstance(tensor, LocalTensor):
+                self.check_owns(tensor.buffer, name)
 
 
 _CUBE_BUFFERS = frozenset({Buffer.L1, Buffer.L0A, Buffer.L0B, Buffer.L0C})

@@ -5,7 +5,8 @@ As ``msprof op simulator`` draws it: one process per physical core, one thread p
 M, MTE1, MTE2, MTE3, FIX), one complete ("X") slice per instruction that took cycles, at the
 chip clock (timestamps in microseconds from the kernel's start). Flags and queue events (no
 cycles) are instant ("i") events on their pipe's thread. Every slice's args name the block, the
-cycles, the bytes moved and the operands.
+cycles, the bytes moved and the operands. A split mix launch has one thread per sub-core and
+pipe ("aic MTE2", "aiv0 V", "aiv1 V"...).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ from msprof_py.kernels.results import LaunchResult
 from msprof_py.kernels.timeline import PIPES
 
 PIPE_TID = {p.value: i for i, p in enumerate(PIPES)}
+#: thread-id offset of each sub-core of a split mix block
+UNIT_TID = {"": 0, "aic": 0, "aiv0": 10, "aiv1": 20}
+
+
+def _tid(unit: str, pipe: str) -> int:
+    return UNIT_TID.get(unit, 0) + PIPE_TID[pipe]
 
 
 def trace_events(result: LaunchResult, *, syncs: bool = True) -> list[dict[str, Any]]:
@@ -34,14 +41,18 @@ def trace_events(result: LaunchResult, *, syncs: bool = True) -> list[dict[str, 
             {"ph": "M", "name": "process_sort_index", "pid": cr.core, "tid": 0,
              "args": {"sort_index": cr.core}}
         )  # fmt: skip
-        for pipe, tid in PIPE_TID.items():
-            events.append(
-                {"ph": "M", "name": "thread_name", "pid": cr.core, "tid": tid,
-                 "args": {"name": pipe}}
-            )  # fmt: skip
+        units = ("aic", "aiv0", "aiv1") if result.split_mix else ("",)
+        for unit in units:
+            for pipe in PIPE_TID:
+                events.append(
+                    {"ph": "M", "name": "thread_name", "pid": cr.core, "tid": _tid(unit, pipe),
+                     "args": {"name": f"{unit} {pipe}".strip()}}
+                )  # fmt: skip
     for r in result.instructions(syncs=syncs):
-        base = {"name": r.name, "pid": r.core, "tid": PIPE_TID[r.pipe], "ts": r.start * us}
+        base = {"name": r.name, "pid": r.core, "tid": _tid(r.unit, r.pipe), "ts": r.start * us}
         args = {"block": r.block, "cycles": r.cycles, "bytes": r.nbytes, "detail": r.detail}
+        if r.unit:
+            args["unit"] = r.unit
         if r.cycles:
             events.append({**base, "ph": "X", "dur": r.cycles * us, "cat": r.pipe, "args": args})
         else:

@@ -7,8 +7,14 @@ so its instructions are split by side: M, MTE1, FIX and GM->L1 copies (MTE2) are
 core's (aic), V, MTE3 and GM->UB copies (MTE2) the vector core's (aiv); each side's scalar
 time is one dispatch cycle per instruction of that side, the kernel's own scalar work
 (``ScalarWork``, GetValue / SetValue) counts on the cube side of a mix block. Both sides of a
-mix block share the block's cycles as core time; ``sub_block_id`` is always 0 (the AIC/AIV
-split is not modelled). A vector-only (aiv) kernel has ``N/A`` in its aic columns.
+mix block share the block's cycles as core time; ``sub_block_id`` is 0. A vector-only (aiv)
+kernel has ``N/A`` in its aic columns.
+
+A split mix launch (``kernel_type="mix_aic_1_2"``: each block is an AIC and two AIVs with their
+own pipes) has one row per AIV sub-block: ``sub_block_id`` 0 and 1, the ``aiv_*`` columns of
+that vector core (its own cycles: from the block's start to its last pipe finishing) and the
+``aic_*`` columns of the block's cube core (its own cycles), the same on both rows of a block
+[U: which rows carry the shared AIC's figures is our reading of the published column list].
 ``icache_miss_rate`` is ``N/A``: instruction caches are not modelled.
 """
 
@@ -86,8 +92,37 @@ def side_cycles(block: BlockResult, mix: bool) -> dict[str, dict[str, int]]:
     return sides
 
 
+def _side(row: dict[str, object], side: str, busy: dict[str, int], total: int, ns: float) -> None:
+    units = AIC_UNITS if side == "aic" else AIV_UNITS
+    row[f"{side}_time(us)"] = _us(total, ns)
+    row[f"{side}_total_cycles"] = total
+    for stem, pipe in units:
+        cycles = busy.get(pipe, 0)
+        row[f"{side}_{stem}_time(us)"] = _us(cycles, ns)
+        row[f"{side}_{stem}_ratio"] = f"{cycles / total:.3f}" if total else "0.000"
+
+
+def split_rows(result: LaunchResult) -> list[dict[str, object]]:
+    """One row per AIV sub-block of a split mix launch (see module docstring)."""
+    ns_per_cycle = result.chip.cycles_to_ns(1)
+    out: list[dict[str, object]] = []
+    for block in sorted(result.blocks, key=lambda b: b.block_idx):
+        aic = next(sb for sb in block.sub_blocks if sb.unit == "aic")
+        for aiv in (sb for sb in block.sub_blocks if sb.unit == "aiv"):
+            row: dict[str, object] = {"block_id": block.block_idx,
+                                      "sub_block_id": aiv.sub_block_idx}  # fmt: skip
+            _side(row, "aic", aic.pipe_busy, aic.cycles, ns_per_cycle)
+            _side(row, "aiv", aiv.pipe_busy, aiv.cycles, ns_per_cycle)
+            row["icache_miss_rate"] = NA
+            out.append({c: row[c] for c in COLUMNS})
+    return out
+
+
 def rows(result: LaunchResult) -> list[dict[str, object]]:
-    """One PipeUtilization row per block (values as written: strings for times and ratios)."""
+    """One PipeUtilization row per block, or per AIV sub-block of a split mix launch (values
+    as written: strings for times and ratios)."""
+    if result.split_mix:
+        return split_rows(result)
     mix = result.core_type != "aiv"
     ns_per_cycle = result.chip.cycles_to_ns(1)
     out: list[dict[str, object]] = []

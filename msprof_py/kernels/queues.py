@@ -58,6 +58,7 @@ def _reserve(core: CoreState, buffer: Buffer, total: int, what: str) -> int:
     """Hand out ``total`` bytes of ``buffer``; returns their offset or raises on overflow."""
     if buffer is Buffer.GM:
         raise QueueError(f"{what}: GM is not an on-chip buffer")
+    core.check_owns(buffer, what)
     align = core.chip.alignment[buffer]
     offset = -(-core.used[buffer] // align) * align
     capacity = core.chip.capacity[buffer]

@@ -23,6 +23,8 @@ class InstrRecord:
     end: int
     nbytes: int
     detail: str
+    #: the sub-core of a split mix block ("aic", "aiv0", "aiv1"); "" on a single-core block
+    unit: str = ""
 
     @property
     def cycles(self) -> int:
@@ -31,8 +33,32 @@ class InstrRecord:
 
 
 @dataclass
+class SubBlockResult:
+    """One sub-core of a split mix block: the AIC or one AIV, with its own pipes."""
+
+    #: "aic" or "aiv"
+    unit: str
+    #: 0 for the AIC, 0 / 1 for the AIVs
+    sub_block_idx: int
+    #: cycles from the block's start to this sub-core's last pipe finishing
+    cycles: int
+    pipe_busy: dict[str, int]
+    instructions: list[Instr] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """``aic``, ``aiv0`` or ``aiv1``."""
+        return "aic" if self.unit == "aic" else f"aiv{self.sub_block_idx}"
+
+    def ratio(self, pipe: str) -> float:
+        """Busy share of ``pipe`` over this sub-core's cycles (msprof op's *_ratio)."""
+        return self.pipe_busy.get(pipe, 0) / self.cycles if self.cycles else 0.0
+
+
+@dataclass
 class BlockResult:
-    """One block: the core it ran on, when, and its pipes' busy cycles."""
+    """One block: the core it ran on, when, and its pipes' busy cycles (summed over its
+    sub-cores for a split mix block)."""
 
     block_idx: int
     core: int
@@ -41,6 +67,8 @@ class BlockResult:
     pipe_busy: dict[str, int]
     instructions: list[Instr] = field(repr=False)
     implicit_waits: int = 0
+    #: the AIC and the AIVs of a split mix block (``kernel_type="mix_aic_1_2"``); else empty
+    sub_blocks: list[SubBlockResult] = field(default_factory=list, repr=False)
 
     @property
     def cycles(self) -> int:
@@ -48,8 +76,17 @@ class BlockResult:
         return self.end - self.start
 
     def ratio(self, pipe: str) -> float:
-        """Busy share of ``pipe`` over the block (msprof op's *_ratio: unit / core cycles)."""
-        return self.pipe_busy.get(pipe, 0) / self.cycles if self.cycles else 0.0
+        """Busy share of ``pipe`` over the block (msprof op's *_ratio: unit / core cycles);
+        for a split mix block, the busiest sub-core's share of the block's cycles."""
+        if not self.cycles:
+            return 0.0
+        if self.sub_blocks:
+            return max(sb.pipe_busy.get(pipe, 0) for sb in self.sub_blocks) / self.cycles
+        return self.pipe_busy.get(pipe, 0) / self.cycles
+
+    def unit_of(self) -> dict[int, str]:
+        """id(instruction) -> sub-core name, for a split mix block's instructions."""
+        return {id(i): sb.name for sb in self.sub_blocks for i in sb.instructions}
 
 
 @dataclass
@@ -82,6 +119,11 @@ class LaunchResult:
     outputs: Mapping[str, np.ndarray] = field(repr=False, default_factory=dict)
 
     @property
+    def split_mix(self) -> bool:
+        """True when the blocks ran as AIC + 2 AIV sub-cores (``kernel_type="mix_aic_1_2"``)."""
+        return any(b.sub_blocks for b in self.blocks)
+
+    @property
     def duration_ns(self) -> float:
         """Kernel duration: the last core's finish at the chip clock."""
         return self.chip.cycles_to_ns(self.total_cycles)
@@ -107,20 +149,23 @@ class LaunchResult:
     def instructions(self, *, syncs: bool = False) -> list[InstrRecord]:
         """Every block's instructions in launch time, ordered by start (flags and queue
         events, which take no cycles, only with ``syncs``)."""
-        rows = [
-            InstrRecord(
-                b.block_idx,
-                b.core,
-                i.pipe.value,
-                i.name,
-                b.start + i.start,
-                b.start + i.end,
-                i.nbytes,
-                i.detail,
-            )
-            for b in self.blocks
-            for i in b.instructions
-            if syncs or i.cycles
-        ]
-        rows.sort(key=lambda r: (r.start, r.block, r.pipe))
+        rows = []
+        for b in self.blocks:
+            units = b.unit_of()
+            rows += [
+                InstrRecord(
+                    b.block_idx,
+                    b.core,
+                    i.pipe.value,
+                    i.name,
+                    b.start + i.start,
+                    b.start + i.end,
+                    i.nbytes,
+                    i.detail,
+                    units.get(id(i), ""),
+                )
+                for i in b.instructions
+                if syncs or i.cycles
+            ]
+        rows.sort(key=lambda r: (r.start, r.block, r.unit, r.pipe))
         return rows
