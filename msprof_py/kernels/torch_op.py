@@ -116,6 +116,7 @@ class KernelOp:
         backward: Callable[..., Sequence[torch.Tensor | None]] | None = None,
         chip: str | None = None,
         strict_sync: bool = True,
+        kernel_type: str | None = None,
     ) -> None:
         if "::" not in name:
             raise ValueError(f"register: name must be 'namespace::op', got {name!r}")
@@ -127,6 +128,7 @@ class KernelOp:
         self.tiling = tiling
         self.chip = chip
         self.strict_sync = strict_sync
+        self.kernel_type = kernel_type
         self.n_inputs = len(inspect.signature(shape_fn).parameters)
         self._costs: dict[tuple, KernelCost] = {}
         #: launches simulated (values or cost), for tests and curiosity
@@ -169,6 +171,7 @@ class KernelOp:
             chip=self.chip,
             name=self.short_name,
             strict_sync=self.strict_sync,
+            kernel_type=self.kernel_type,
         )
 
     def _key(self, inputs: Sequence[torch.Tensor]) -> tuple:
@@ -246,10 +249,11 @@ def register(
     backward: Callable[..., Sequence[torch.Tensor | None]] | None = None,
     chip: str | None = None,
     strict_sync: bool = True,
+    kernel_type: str | None = None,
 ) -> KernelOp:
     """Register ``kernel`` as the torch operator ``name`` ("namespace::op"); see the module
-    docstring for the calling convention, costing and autograd; ``strict_sync`` as in
-    :func:`msprof_py.kernels.launch`)."""
+    docstring for the calling convention, costing and autograd; ``strict_sync`` and
+    ``kernel_type`` as in :func:`msprof_py.kernels.launch`)."""
     return KernelOp(
         name,
         kernel,
@@ -259,4 +263,5 @@ def register(
         backward=backward,
         chip=chip,
         strict_sync=strict_sync,
+        kernel_type=kernel_type,
     )

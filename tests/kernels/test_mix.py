@@ -33,8 +33,9 @@ from msprof_py.kernels import (
     TPosition,
     TQue,
     launch,
+    mix,
+    pipeutil,
 )
-from msprof_py.kernels import mix, pipeutil
 from msprof_py.kernels.optrace import trace_events
 
 

@@ -149,24 +149,59 @@ class TinyAttentionBlock(torch.nn.Module):
         return self.proj(o.transpose(1, 2).reshape(b, n, c))
 
 
-def test_flash_attention_kernel_equals_numpy_on_a_small_case() -> None:
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_kernel_equals_numpy_on_a_small_case(causal: bool) -> None:
     x = fa.make_inputs(2, 1, 128, 64, seed=3)
-    out, result = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"])
-    ref = fa.reference(x["q"], x["k"], x["v"], x["mask"])
+    out, result = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"], causal=causal)
+    ref = fa.reference(x["q"], x["k"], x["v"], x["mask"], causal)
     assert np.abs(out.astype(np.float32) - ref).max() < 1e-2
     assert result.core_type == "mix" and result.block_dim == 2 * 128 // fa.BR
+    assert result.split_mix and {sb.name for sb in result.blocks[0].sub_blocks} == {
+        "aic", "aiv0", "aiv1"
+    }  # fmt: skip
+    names = {r.name for r in result.instructions()}
+    # row statistics are vector instructions on UB tensors, never scalar reads
+    assert {"RowReduceMax", "RowReduceSum", "BroadcastRows"} <= names
+    assert not names & {"GetValue", "SetValue", "ReduceMax"}
+    # each AIV reads its 32 x 128 fp32 half of S (4 blocks x 1 tile); on a causal diagonal tile
+    # (every tile here) also 32 rows of the mask band, the same size
+    reads = [r for r in result.instructions() if r.unit[:3] == "aiv" and r.pipe == "MTE2"]
+    reads = [r for r in reads if r.nbytes == 16384]
+    assert len(reads) == 4 * 2 * (2 if causal else 1)
 
 
-@pytest.mark.slow  # a full 8-block launch (~7 s)
-def test_sampled_flash_attention_time_matches_the_full_launch() -> None:
+def test_causal_skips_the_tiles_right_of_the_diagonal() -> None:
+    x = fa.make_inputs(1, 1, 256, 64)
+    _, full = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"])
+    _, causal = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"], causal=True)
+    mmads = [sum(1 for r in res.instructions() if r.name == "Mmad") for res in (full, causal)]
+    # 4 q tiles x 2 K/V tiles x 2 matmuls; causal: q tiles 0, 1 visit one tile
+    assert mmads == [16, 12]
+
+
+@pytest.mark.slow  # two full 8-block launches (~15 s)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sampled_flash_attention_time_matches_the_full_launch(causal: bool) -> None:
     from msprof_py.device.spec import DeviceSpec
 
     spec = DeviceSpec.load("ascend910b")
     x = fa.make_inputs(1, 1, 512, 64)
-    _, full = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"])  # 8 blocks x 4 K/V tiles
-    sampled = fa.fa_measure(spec, 1, 1, 512, 64)
+    _, full = fa.fa_launch(x["q"], x["k"], x["v"], x["mask"], causal=causal)
+    sampled = fa.fa_measure(spec, 1, 1, 512, 64, causal)
     measured = full.duration_us + spec.dispatch.device_sched_ns / 1e3
     assert abs(sampled.time_us - measured) / measured < 0.02
+
+
+def test_naive_attention_is_measured_on_the_npu() -> None:
+    msprof_py.adapter.install()
+    plain = fa.naive_measure(1, 2, 256, 64)
+    causal = fa.naive_measure(1, 2, 256, 64, causal=True)
+    scores = 2 * 256 * 256 * 2  # fp16 B*H*N*N
+    # matmul, mul, cast + add, softmax, matmul; causal adds one add
+    assert (plain.kernels, causal.kernels) == (6, 7)
+    assert plain.time_us > 0 and causal.time_us > plain.time_us
+    assert plain.peak_bytes >= 2 * scores  # two score matrices live at once
+    assert plain.hbm_bytes >= 6 * scores  # mul, add, softmax each read and write S
 
 
 def test_flash_attention_op_in_a_transformer_matches_sdpa_and_shows_in_the_profile() -> None:
