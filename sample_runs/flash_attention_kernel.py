@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
         mem = [1 - r["fa"].peak_bytes / r["naive"].peak_bytes for r in rows
                if r["causal"] is causal]  # fmt: skip
         print(
-            f"\nmeasured here ({'causal' if causal else 'no mask but padding'}): FlashAttention "
+            f"\nmeasured here ({'causal' if causal else 'padding mask only'}): FlashAttention "
             f"runs at {min(speed):.2f}x-{max(speed):.2f}x the naive speed and needs "
             f"{min(mem):.0%}-{max(mem):.0%} less device memory."
         )
