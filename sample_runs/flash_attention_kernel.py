@@ -73,6 +73,7 @@ from msprof_py.kernels import (
     TPipe,
     TPosition,
     TQue,
+    bf16,
     launch,
 )
 from msprof_py.kernels.rowops import BroadcastRows, RowReduceMax, RowReduceSum
@@ -304,12 +305,16 @@ def _vector_side(mask, cmask, out, ws_s, ws_p, ws_o, t: FaTiling, blk, head, qt,
 # ---- host side ---------------------------------------------------------------------------
 
 
-def make_inputs(batch: int, heads: int, seq: int, dim: int, seed: int = 0) -> dict:
-    """fp16 q, k, v (B, H, N, D) and an additive fp32 key-padding mask (B, N): the last
-    eighth of every second batch's keys is padding (-1e4)."""
+def make_inputs(
+    batch: int, heads: int, seq: int, dim: int, seed: int = 0, dtype: str = "float16"
+) -> dict:
+    """q, k, v (B, H, N, D; fp16, or bf16 bit patterns: ``msprof_py.kernels.bf16``) and an
+    additive fp32 key-padding mask (B, N): the last eighth of every second batch's keys is
+    padding (-1e4)."""
     rng = np.random.default_rng(seed)
     shape = (batch, heads, seq, dim)
-    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    cast = bf16.to_bf16 if dtype == "bfloat16" else (lambda a: a.astype(np.float16))
+    q, k, v = (cast(rng.standard_normal(shape)) for _ in range(3))
     mask = np.zeros((batch, seq), np.float32)
     mask[1::2, seq - seq // 8 :] = -1e4
     return {"q": q, "k": k, "v": v, "mask": mask}
@@ -320,6 +325,7 @@ def reference(
 ) -> np.ndarray:
     """softmax(q k^T / sqrt(D) + mask (+ causal)) v in fp32 (numpy), shaped like q."""
     scale = 1.0 / math.sqrt(q.shape[-1])
+    q, k, v = (bf16.from_bf16(a) if bf16.is_bf16(a.dtype) else a for a in (q, k, v))
     s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float32), k.astype(np.float32)) * scale
     s = s + mask[:, None, None, :]
     if causal:
@@ -337,11 +343,13 @@ def causal_band() -> np.ndarray:
     return np.where(np.arange(BC)[None, :] <= o, 0.0, NEG).astype(np.float32)
 
 
-def workspaces(blocks: int, dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-block GM scratch: S (two fp32 slots), P (fp16), P V (fp32)."""
+def workspaces(
+    blocks: int, dim: int, dtype: np.dtype | type = np.float16
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-block GM scratch: S (two fp32 slots), P (the input dtype), P V (fp32)."""
     return (
         np.zeros(blocks * 2 * BR * BC, np.float32),
-        np.zeros(blocks * BR * BC, np.float16),
+        np.zeros(blocks * BR * BC, dtype),
         np.zeros(blocks * BR * dim, np.float32),
     )
 
@@ -356,12 +364,13 @@ def fa_launch(
     if n % BC or n % BR or d % 16:
         raise ValueError(f"seq must be a multiple of {BC} and head dim of 16, got {n}, {d}")
     tiling = FaTiling(
-        b * h, n, d, 1.0 / math.sqrt(d), n // BR, kv_tiles or n // BC, h, causal, block_offset
-    )
+        b * h, n, d, 1.0 / math.sqrt(d), n // BR, kv_tiles or n // BC, h, causal, block_offset,
+        bf16.dtype_name(q.dtype),
+    )  # fmt: skip
     nblocks = blocks or b * h * (n // BR)
     out = np.zeros_like(q)
     kt = np.ascontiguousarray(k.swapaxes(-1, -2))  # B, H, D, N: the host lays K out transposed
-    ws = workspaces(block_offset + nblocks, d)
+    ws = workspaces(block_offset + nblocks, d, q.dtype)
     result = launch(
         flash_attention, nblocks, q, kt, v, mask, out, causal_band(), *ws, tiling,
         strict_sync=False, kernel_type="mix_aic_1_2",
@@ -510,16 +519,22 @@ def naive_measure(batch: int, heads: int, seq: int, dim: int, causal: bool = Fal
     return measured
 
 
-def check(seq: int = 256, dim: int = 64) -> dict[bool, float]:
-    """Run the full kernel on a small case (2 batches, 2 heads), without and with the causal
-    mask; returns the max abs error against the fp32 numpy reference for each."""
-    x = make_inputs(2, 2, seq, dim, seed=1)
+def check(seq: int = 256, dim: int = 64) -> dict[tuple[str, bool], float]:
+    """Run the full kernel on a small case (2 batches, 2 heads) in fp16 and bf16, without and
+    with the causal mask; returns the max abs error against the fp32 numpy reference."""
     errs = {}
-    for causal in (False, True):
-        out, _ = fa_launch(x["q"], x["k"], x["v"], x["mask"], causal=causal)
-        ref = reference(x["q"], x["k"], x["v"], x["mask"], causal)
-        errs[causal] = float(np.abs(out.astype(np.float32) - ref).max())
+    for dtype in ("float16", "bfloat16"):
+        x = make_inputs(2, 2, seq, dim, seed=1, dtype=dtype)
+        for causal in (False, True):
+            out, _ = fa_launch(x["q"], x["k"], x["v"], x["mask"], causal=causal)
+            ref = reference(x["q"], x["k"], x["v"], x["mask"], causal)
+            got = bf16.from_bf16(out) if dtype == "bfloat16" else out.astype(np.float32)
+            errs[dtype, causal] = float(np.abs(got - ref).max())
     return errs
+
+
+#: max abs error accepted against the fp32 reference (outputs are O(1)): a few ulps
+TOLERANCE = {"float16": 1e-2, "bfloat16": 4e-2}
 
 
 def table(
@@ -551,11 +566,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     errs = check()
     print(
-        "values: FlashAttention kernel vs numpy fp32 reference, max abs error "
-        f"{errs[False]:.2e} (causal: {errs[True]:.2e}); seq 256, dim 64, 2 x 2 heads, fp16"
+        "values: FlashAttention kernel vs numpy fp32 reference (seq 256, dim 64, 2 x 2 heads), "
+        "max abs error "
+        + ", ".join(f"{d} {'causal ' if c else ''}{e:.2e}" for (d, c), e in errs.items())
     )
     if args.check:
-        return 0 if max(errs.values()) < 1e-2 else 1
+        return 0 if all(e < TOLERANCE[d] for (d, _), e in errs.items()) else 1
     seqs = [512, 1024] if args.quick else [512, 1024, 2048, 4096, 8192]
     rows = table(seqs, [64, 128], heads=args.heads)
     print(f"\nascend910b fp16, batch 1, {args.heads} heads; naive = eager ops run on the "

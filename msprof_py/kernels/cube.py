@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from msprof_py.kernels import costs
+from msprof_py.kernels import bf16, costs
 from msprof_py.kernels.chip import Buffer
 from msprof_py.kernels.core import current
 from msprof_py.kernels.datacopy import DataCopy
@@ -48,15 +48,16 @@ def Mmad(
         if not isinstance(t, LocalTensor) or t.buffer is not buf:
             raise OperandError(f"Mmad: {role} must be an {buf.value} tensor")
         t.check_aligned("Mmad")
-    if a.dtype != b.dtype or a.dtype not in ACCUMULATOR:
-        raise OperandError(f"Mmad: a and b must share a cube dtype, got {a.dtype} and {b.dtype}")
-    acc = np.dtype(ACCUMULATOR[a.dtype])
+    a_name, b_name = bf16.dtype_name(a.dtype), bf16.dtype_name(b.dtype)
+    if a_name != b_name or (a_name != "bfloat16" and a.dtype not in ACCUMULATOR):
+        raise OperandError(f"Mmad: a and b must share a cube dtype, got {a_name} and {b_name}")
+    acc = np.dtype(np.float32 if a_name == "bfloat16" else ACCUMULATOR[a.dtype])
     if dst.dtype != acc:
-        raise OperandError(f"Mmad: dst must be {acc} for {a.dtype} inputs, got {dst.dtype}")
+        raise OperandError(f"Mmad: dst must be {acc} for {a_name} inputs, got {dst.dtype}")
     for t, need, role in ((a, m * k, "a"), (b, k * n, "b"), (dst, m * n, "dst")):
         if need > t.count:
             raise OperandError(f"Mmad: {role} needs {need} elements, {t.name} has {t.count}")
-    name = str(a.dtype)
+    name = a_name
     try:
         fractal = core.chip.fractal[name]
     except KeyError:
@@ -72,8 +73,8 @@ def Mmad(
         nbytes=acc.itemsize * m * n,
         detail=f"m={m} k={k} n={n} {name}",
     )
-    av = a.data()[: m * k].reshape(m, k).astype(acc)
-    bv = b.data()[: k * n].reshape(k, n).astype(acc)
+    av = bf16.decode(a.data()[: m * k]).reshape(m, k).astype(acc)
+    bv = bf16.decode(b.data()[: k * n]).reshape(k, n).astype(acc)
     cv = dst.data()[: m * n].reshape(m, n)
     product = av @ bv
     if accumulate:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msprof_py.kernels import costs
+from msprof_py.kernels import bf16, costs
 from msprof_py.kernels.chip import Buffer
 from msprof_py.kernels.core import Operand, current
 from msprof_py.kernels.errors import AlignmentError, OperandError
@@ -172,9 +172,9 @@ def Fixpipe(
         reads=[(src, nbytes)],
         writes=[(dst, dst_extent)],
         nbytes=nbytes,
-        detail=f"L0C->GM {m}x{n} {src.dtype}->{dst.dtype}",
+        detail=f"L0C->GM {m}x{n} {src.dtype}->{bf16.dtype_name(dst.dtype)}",
     )
     tile = src.data()[: m * n].reshape(m, n)
     out = dst.flat
     for r in range(m):
-        out[r * stride : r * stride + n] = tile[r].astype(dst.dtype)
+        out[r * stride : r * stride + n] = bf16.encode(tile[r], dst.dtype)

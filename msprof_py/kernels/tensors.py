@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from msprof_py.kernels.bf16 import BF16
 from msprof_py.kernels.chip import Buffer
 from msprof_py.kernels.errors import AlignmentError, OperandError
 from msprof_py.kernels.timeline import Pipe, Region
@@ -51,8 +52,9 @@ POSITION_BUFFER: dict[TPosition, Buffer] = {
     TPosition.CO2: Buffer.GM,
 }
 
-#: dtypes the simulator computes in (numpy has no bfloat16)
+#: dtypes the simulator computes in (bfloat16: uint16 bit patterns, see :mod:`bf16`)
 _DTYPES = {
+    "bfloat16": BF16,
     "float16": np.float16,
     "float32": np.float32,
     "int8": np.int8,
@@ -63,7 +65,8 @@ _DTYPES = {
     "uint16": np.uint16,
     "uint32": np.uint32,
 }
-_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32"}
+_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
+            "bf16": "bfloat16"}  # fmt: skip
 
 
 def as_dtype(dtype: Any) -> np.dtype:
@@ -71,8 +74,7 @@ def as_dtype(dtype: Any) -> np.dtype:
     if isinstance(dtype, str):
         name = _ALIASES.get(dtype.lower(), dtype.lower())
         if name not in _DTYPES:
-            why = " (numpy has no bfloat16)" if name in ("bfloat16", "bf16") else ""
-            raise OperandError(f"dtype {dtype!r} is not supported by the kernel simulator{why}")
+            raise OperandError(f"dtype {dtype!r} is not supported by the kernel simulator")
         return np.dtype(_DTYPES[name])
     return np.dtype(dtype)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from msprof_py.kernels import costs
+from msprof_py.kernels import bf16, costs
 from msprof_py.kernels.chip import Buffer
 from msprof_py.kernels.core import current
 from msprof_py.kernels.errors import OperandError
@@ -60,11 +60,11 @@ def vector_op(
         reads=[(s, count * s.dtype.itemsize) for s in srcs],
         writes=[(dst, out_n * dst.dtype.itemsize)],
         nbytes=count * dst.dtype.itemsize,
-        detail=f"{count} x {dst.dtype}",
+        detail=f"{count} x {bf16.dtype_name(dst.dtype)}",
     )
     with np.errstate(all="ignore"):
-        result = fn(*(s.data()[:count] for s in srcs))
-    dst.data()[:out_n] = np.asarray(result).astype(dst.dtype, copy=False)
+        result = fn(*(bf16.decode(s.data()[:count]) for s in srcs))
+        dst.data()[:out_n] = bf16.encode(result, dst.dtype)
 
 
 def _binary(op: str, fn: Callable[[Any, Any], Any]) -> Callable[..., None]:
@@ -78,7 +78,7 @@ def _binary(op: str, fn: Callable[[Any, Any], Any]) -> Callable[..., None]:
 
 def _scalar(op: str, fn: Callable[[Any, Any], Any]) -> Callable[..., None]:
     def inst(dst: LocalTensor, src: LocalTensor, scalar: float, count: int) -> None:
-        s = src.dtype.type(scalar)
+        s = np.float32(scalar) if bf16.is_bf16(src.dtype) else src.dtype.type(scalar)
         vector_op(op, dst, [src], count, lambda x: fn(x, s))
 
     inst.__name__ = inst.__qualname__ = op
@@ -115,6 +115,9 @@ Relu = _unary("Relu", lambda x: np.maximum(x, x.dtype.type(0)))
 
 def Duplicate(dst: LocalTensor, scalar: float, count: int) -> None:
     """Fill ``dst[:count]`` with ``scalar``."""
+    if bf16.is_bf16(dst.dtype):
+        vector_op("Duplicate", dst, [], count, lambda: np.full(count, scalar, np.float32))
+        return
     value = dst.dtype.type(scalar)
     vector_op("Duplicate", dst, [], count, lambda: np.full(count, value, dtype=dst.dtype))
 
@@ -134,7 +137,11 @@ def Cast(dst: LocalTensor, src: LocalTensor, round_mode: str, count: int) -> Non
     CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_NONE) applies when converting to an integer."""
     if round_mode not in _ROUND:
         raise OperandError(f"Cast: unknown round mode {round_mode!r} ({', '.join(_ROUND)})")
-    to_int = np.issubdtype(dst.dtype, np.integer) and np.issubdtype(src.dtype, np.floating)
+    to_int = (
+        np.issubdtype(dst.dtype, np.integer)
+        and not bf16.is_bf16(dst.dtype)
+        and (np.issubdtype(src.dtype, np.floating) or bf16.is_bf16(src.dtype))
+    )
     rnd = _ROUND[round_mode]
     vector_op("Cast", dst, [src], count, lambda x: rnd(x) if to_int else x)
 
