@@ -615,7 +615,7 @@ if __name__ == "__main__":
 
 def register_flash_attention(name: str = "msprof_samples::flash_attention", causal: bool = False):
     """Register :func:`flash_attention` as a torch op ``fa(q, kt, v, mask) -> out``
-    (q, v: B, H, N, D fp16; kt: B, H, D, N; mask: B, N additive fp32; ``causal`` fixed per
+    (q, v: B, H, N, D fp16 or bf16; kt: B, H, D, N; mask: B, N additive fp32; ``causal`` fixed per
     op), with the standard attention backward written in torch ops (recomputing the
     probabilities)."""
     import torch
@@ -624,8 +624,10 @@ def register_flash_attention(name: str = "msprof_samples::flash_attention", caus
 
     def tiling(q, kt, v, mask):
         b, h, n, d = q.shape
-        t = FaTiling(b * h, n, d, 1.0 / math.sqrt(d), n // BR, n // BC, h, causal)
-        return (causal_band(), *workspaces(b * h * (n // BR), d), t)
+        dt = "bfloat16" if q.dtype is torch.bfloat16 else "float16"
+        t = FaTiling(b * h, n, d, 1.0 / math.sqrt(d), n // BR, n // BC, h, causal, 0, dt)
+        ws_dtype = bf16.BF16 if dt == "bfloat16" else np.float16
+        return (causal_band(), *workspaces(b * h * (n // BR), d, ws_dtype), t)
 
     def backward(inputs, outputs, grads):
         q, kt, v, mask = inputs

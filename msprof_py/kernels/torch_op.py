@@ -42,6 +42,7 @@ import torch
 
 from msprof_py.device.costmodel import KernelCost, bound_of
 from msprof_py.device.records import TaskType
+from msprof_py.kernels.bf16 import BF16, is_bf16
 from msprof_py.kernels.chip import Chip
 from msprof_py.kernels.errors import KernelError
 from msprof_py.kernels.launch import launch
@@ -51,6 +52,7 @@ from msprof_py.kernels.roofline import roofline
 __all__ = ["KernelOp", "cost_of", "register"]
 
 _NUMPY = {
+    torch.bfloat16: BF16,
     torch.float16: np.float16,
     torch.float32: np.float32,
     torch.float64: np.float64,
@@ -93,6 +95,20 @@ def cost_of(result: LaunchResult) -> KernelCost:
         flops=roof.cube_flops + roof.vector_ops,
         bytes=roof.gm_bytes,
     )
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A host tensor's values as numpy (bf16 as :data:`BF16` bit patterns, shared memory)."""
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(BF16)
+    return t.numpy()
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A numpy result as a torch tensor (BF16 arrays as torch.bfloat16)."""
+    if is_bf16(a.dtype):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _np_dtype(dtype: torch.dtype, op: str) -> Any:
@@ -213,13 +229,13 @@ class KernelOp:
         self, views: list[torch.Tensor], inputs: Sequence[torch.Tensor] | None = None
     ) -> tuple[list[torch.Tensor], KernelCost]:
         shapes_from = inputs if inputs is not None else views
-        arrays = [v.numpy() if v.dtype in _NUMPY else None for v in views]
+        arrays = [_to_numpy(v) if v.dtype in _NUMPY else None for v in views]
         for v, a in zip(views, arrays, strict=True):
             if a is None:
                 _np_dtype(v.dtype, self.name)
         outs = [np.zeros(s, dtype=_np_dtype(dt, self.name)) for s, dt in self._outputs(shapes_from)]
         result = self._launch(arrays, outs, shapes_from)  # type: ignore[arg-type]
-        return [torch.from_numpy(o) for o in outs], cost_of(result)
+        return [_from_numpy(o) for o in outs], cost_of(result)
 
     # ---- autograd --------------------------------------------------------------------------
 
