@@ -8,6 +8,8 @@ byte regions, applies the waits queues impose and schedules the instruction on t
 from __future__ import annotations
 
 import contextvars
+import os
+import sys
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -95,6 +97,7 @@ class CoreState:
             not_before=waits,
             detail=detail,
         )
+        instr.source = _kernel_line()
         for tensor, _ in reads:
             slot = getattr(tensor, "slot", None)
             if slot is not None:
@@ -143,6 +146,17 @@ class CoreState:
 
 
 _CUBE_BUFFERS = frozenset({Buffer.L1, Buffer.L0A, Buffer.L0B, Buffer.L0C})
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _kernel_line() -> str:
+    """``file.py:line`` of the innermost caller outside this package (the kernel's code)."""
+    frame = sys._getframe(2)
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == _PACKAGE_DIR:
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def current() -> CoreState:

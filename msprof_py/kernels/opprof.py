@@ -56,8 +56,9 @@ class OpProfile:
         """``<index>_<name>`` with characters unsafe in paths replaced."""
         return f"{self.index}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', self.name)}"
 
-    def write(self, folder: str | Path) -> Path:
-        """Write this launch's files into ``folder`` (created); returns it."""
+    def write(self, folder: str | Path, *, simulator: bool = False) -> Path:
+        """Write this launch's files into ``folder`` (created; with ``simulator``, also the
+        ``msprof op simulator`` layout, :mod:`simlayout`); returns it."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
         pipeutil.write(self.result, out / "PipeUtilization.csv")
@@ -69,6 +70,10 @@ class OpProfile:
         )
         text = "\n".join(str(f) for f in self.findings) or "no finding"
         (out / "findings.txt").write_text(text + "\n", encoding="utf-8")
+        if simulator:
+            from msprof_py.kernels.simlayout import write_simulator
+
+            write_simulator(self.result, out)
         return out
 
     def summary(self) -> str:
@@ -92,12 +97,15 @@ def profile_launch(result: LaunchResult, index: int = 0) -> OpProfile:
     return OpProfile(result, roofline(result), findings(result), index)
 
 
-def write_profiles(profiles: list[OpProfile], folder: str | Path) -> Path:
-    """Write each profile into ``folder/<index>_<name>/`` and ``folder/summary.txt``."""
+def write_profiles(
+    profiles: list[OpProfile], folder: str | Path, *, simulator: bool = False
+) -> Path:
+    """Write each profile into ``folder/<index>_<name>/`` (with ``simulator``, each also gets
+    its ``simulator/`` per-unit folders) and ``folder/summary.txt``."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     for p in profiles:
-        p.write(out / p.folder_name)
+        p.write(out / p.folder_name, simulator=simulator)
     text = "\n".join(p.summary() for p in profiles)
     (out / "summary.txt").write_text(text + "\n", encoding="utf-8")
     return out
@@ -148,9 +156,9 @@ class OpProfiler:
         names = ", ".join(dict.fromkeys(self.launched))
         raise OpProfError(f"no kernel named {self.kernel_name!r} was launched (launched: {names})")
 
-    def write(self, folder: str | Path) -> Path:
+    def write(self, folder: str | Path, *, simulator: bool = False) -> Path:
         """Write the profiles (see :func:`write_profiles`)."""
-        return write_profiles(self.profiles, folder)
+        return write_profiles(self.profiles, folder, simulator=simulator)
 
     def summary(self) -> str:
         """Every profile's summary."""

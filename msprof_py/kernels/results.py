@@ -25,6 +25,8 @@ class InstrRecord:
     detail: str
     #: the sub-core of a split mix block ("aic", "aiv0", "aiv1"); "" on a single-core block
     unit: str = ""
+    #: the kernel source line that issued it ("kernel.py:42")
+    source: str = ""
 
     @property
     def cycles(self) -> int:
@@ -163,6 +165,7 @@ class LaunchResult:
                     i.nbytes,
                     i.detail,
                     units.get(id(i), ""),
+                    i.source,
                 )
                 for i in b.instructions
                 if syncs or i.cycles

@@ -82,6 +82,8 @@ class Instr:
     end: int = 0
     #: what held this instruction back beyond its pipe: ("flag MTE2_V#0", time) ...
     waits: list[tuple[str, int]] = field(default_factory=list)
+    #: the kernel source line that issued it ("add_custom.py:42"; "" when unknown)
+    source: str = ""
 
 
 @dataclass
