@@ -43,7 +43,12 @@ API
   dstStride))`` (GM->UB, GM->L1 on MTE2; UB->GM on MTE3; L1->L0A/L0B on MTE1; UB->UB on V),
   ``DataCopyPad`` (any byte length), ``LoadData`` (L1 -> L0A/L0B), ``Fixpipe`` (L0C -> GM on
   FIX, fp32 -> fp16, row stride).
-- Cube: ``Mmad(c, a, b, m, k, n, accumulate=False)``: fp16 -> fp32, int8 -> int32 in L0C.
+- Cube: ``Mmad(c, a, b, m, k, n, accumulate=False)``: fp16 / bf16 -> fp32, int8 -> int32 in
+  L0C.
+- bfloat16 (:mod:`bf16`): ``"bfloat16"`` tensors hold bf16 bit patterns (``bf16.to_bf16`` /
+  ``from_bf16`` on the host); vector ops compute in fp32 and round to nearest even.
+- Row-wise vector ops (:mod:`rowops`): ``RowReduceMax`` / ``RowReduceSum`` / ``BroadcastRows``
+  on ``rows x cols`` UB tiles (per-row statistics without scalar reads).
 - Vector (count in elements): Add Sub Mul Div Max Min, Adds Muls Maxs Mins (scalar), Exp Ln
   Abs Sqrt Reciprocal Relu, Duplicate, Cast (round modes), ReduceMax ReduceMin ReduceSum;
   ``vector.vector_op`` builds more.
@@ -99,14 +104,14 @@ L0B 512 B, L0C 64 B), data races, waits without a set, event ids out of range (0
 on 910A), queue misuse, bad operands.
 
 Limits (not modelled)
-Fractal data layouts (matrices are row-major everywhere; the cost is fractal-based);
-bfloat16 (numpy has none); HBM / L2 contention between cores (each core gets its table
-bandwidth however many run); per-burst stride penalties (a strided copy costs its total
+Fractal data layouts (matrices are row-major everywhere; the cost is fractal-based); HBM / L2
+contention between cores and L2 itself (each core gets its table bandwidth however many run, a
+GM workspace costs HBM bandwidth); per-burst stride penalties (a strided copy costs its total
 bytes); pipelining inside a pipe and V / M start-up latency; finite instruction queues between
-the scalar unit and the pipes; a mix kernel launched without ``kernel_type`` is one core
-holding every buffer (the AIC / AIV split needs ``kernel_type="mix_aic_1_2"`` and guarded
-code); bias table, L0C -> L1 / UB paths; vector masks other
-than contiguous element counts.
+the scalar unit and the pipes; instruction caches (icache_miss_rate is N/A); a mix kernel
+launched without ``kernel_type`` is one core holding every buffer (the AIC / AIV split needs
+``kernel_type="mix_aic_1_2"`` and guarded code); bias table, L0C -> L1 / UB paths; vector
+masks other than contiguous element counts.
 """
 
 from msprof_py.kernels.chip import Buffer, Chip
