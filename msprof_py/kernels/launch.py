@@ -170,7 +170,9 @@ def _schedule(
         cr = per_core.setdefault(core, CoreResult(core, [], dict.fromkeys(busy, 0), 0))
         cr.blocks.append(block_idx)
         cr.finish = max(cr.finish, end)
-        for p, c in busy.items():
+        # a split block's unit pipes are separate: the core's figure is its busiest unit's
+        unit_busy = {p: max(sb.pipe_busy[p] for sb in subs) for p in busy} if subs else busy
+        for p, c in unit_busy.items():
             cr.pipe_busy[p] += c
     total = max((b.end for b in blocks), default=0)
     return LaunchResult(

@@ -93,7 +93,8 @@ class BlockResult:
 
 @dataclass
 class CoreResult:
-    """One physical core: the blocks it ran (waves) and its pipes' busy cycles."""
+    """One physical core: the blocks it ran (waves) and its pipes' busy cycles (for split mix
+    blocks, per pipe the busiest of the block's AIC / AIVs)."""
 
     core: int
     blocks: list[int]

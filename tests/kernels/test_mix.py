@@ -207,3 +207,12 @@ def test_mix_needs_a_split_chip() -> None:
         launch(_handoff, 1, np.zeros(8, np.float16), chip="ascend910a", kernel_type="mix_aic_1_2")
     with pytest.raises(KernelError, match="unknown kernel_type"):
         launch(_handoff, 1, np.zeros(8, np.float16), kernel_type="mix_aic_1_1")
+
+
+def test_core_pipe_busy_is_the_busiest_unit_not_the_sum() -> None:
+    result = launch(_handoff, 1, np.zeros(8192, np.float16), kernel_type="mix_aic_1_2")
+    (block,) = result.blocks
+    (core,) = result.core_results
+    assert block.pipe_busy["MTE2"] == 322 + 373  # work of both AIVs
+    assert core.pipe_busy["MTE2"] == 373  # each AIV has its own MTE2: the busier one
+    assert block.ratio("MTE2") == pytest.approx(373 / 1083)
