@@ -55,6 +55,8 @@ class CoreState:
         self.group: object | None = None
         #: a single-core block's own cross-core flag tokens (flag id -> set times)
         self.cross_core_tokens: dict[int, deque[int]] = {}
+        #: cycles dispatch stood stalled in CrossCoreWaitFlag (split mix blocks)
+        self.cross_core_wait = 0
         self.timeline = Timeline(strict=strict, event_ids=chip.event_ids)
         self.memory: dict[Buffer, np.ndarray] = {
             buf: np.zeros(size, dtype=np.uint8) for buf, size in chip.capacity.items()

@@ -12,7 +12,11 @@ Rules (thresholds below; ratios are busy cycles over the block's cycles, average
 - ``no-double-buffering``: in a block, MTE2 and V both work (2+ instructions each), alternate
   (3+ switches between them in start order) and overlap for < 5 % of the smaller one's busy
   time: a depth-1 queue makes each copy wait for the compute to free the buffer; a depth-2
-  TQue (``pipe.InitBuffer(q, 2, bytes)``) overlaps the copy of tile i+1 with tile i.
+  TQue (``pipe.InitBuffer(q, 2, bytes)``) overlaps the copy of tile i+1 with tile i. A split
+  mix block's AIVs are judged one by one.
+- ``cross-core-wait`` (split mix kernels): a unit (AIC or AIV) spends >= 30 % of its cycles
+  idle in ``CrossCoreWaitFlag`` (every pipe drained, dispatch held until the other side's
+  flag arrives), averaged over blocks: the two sides serialise on their hand-offs.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ SCALAR_BOUND = 0.5
 UNBALANCED = 1.25
 OVERLAP_MAX = 0.05
 MIN_SWITCHES = 3
+CROSS_CORE_WAIT = 0.3
 
 
 @dataclass(frozen=True)
@@ -68,20 +73,19 @@ def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     return total
 
 
-def alternation(block: BlockResult) -> tuple[int, float, int]:
+def alternation(block: BlockResult | list[Instr]) -> tuple[int, float, int]:
     """(switches between MTE2 and V in start order, overlap share of the smaller busy time,
-    MTE2 waits on a freed buffer) for one block."""
-    moves = [i for i in block.instructions if i.cycles and i.pipe in (Pipe.MTE2, Pipe.V)]
+    MTE2 waits on a freed buffer) for one block (or one unit's instructions)."""
+    instrs = block if isinstance(block, list) else block.instructions
+    moves = [i for i in instrs if i.cycles and i.pipe in (Pipe.MTE2, Pipe.V)]
     moves.sort(key=lambda i: i.start)
     switches = sum(1 for a, b in itertools.pairwise(moves) if a.pipe is not b.pipe)
-    mte2 = _intervals(block.instructions, Pipe.MTE2)
-    vec = _intervals(block.instructions, Pipe.V)
+    mte2 = _intervals(instrs, Pipe.MTE2)
+    vec = _intervals(instrs, Pipe.V)
     smaller = min(sum(e - s for s, e in mte2), sum(e - s for s, e in vec))
     share = _overlap(mte2, vec) / smaller if smaller else 0.0
     freed_waits = sum(
-        1
-        for i in block.instructions
-        if i.pipe is Pipe.MTE2 and any("freed" in why for why, _ in i.waits)
+        1 for i in instrs if i.pipe is Pipe.MTE2 and any("freed" in why for why, _ in i.waits)
     )
     return switches, share, freed_waits
 
@@ -89,13 +93,17 @@ def alternation(block: BlockResult) -> tuple[int, float, int]:
 def _no_double_buffering(result: LaunchResult) -> Finding | None:
     hits = []
     for b in result.blocks:
-        n_mte2 = sum(1 for i in b.instructions if i.pipe is Pipe.MTE2 and i.cycles)
-        n_vec = sum(1 for i in b.instructions if i.pipe is Pipe.V and i.cycles)
-        if n_mte2 < 2 or n_vec < 2:
-            continue
-        switches, share, waits = alternation(b)
-        if switches >= MIN_SWITCHES and share < OVERLAP_MAX:
-            hits.append((b.block_idx, switches, share, waits))
+        # a split block's AIVs each have their own MTE2 and V: judge each one
+        streams = [sb.instructions for sb in b.sub_blocks if sb.unit == "aiv"] or [b.instructions]
+        for instrs in streams:
+            n_mte2 = sum(1 for i in instrs if i.pipe is Pipe.MTE2 and i.cycles)
+            n_vec = sum(1 for i in instrs if i.pipe is Pipe.V and i.cycles)
+            if n_mte2 < 2 or n_vec < 2:
+                continue
+            switches, share, waits = alternation(instrs)
+            if switches >= MIN_SWITCHES and share < OVERLAP_MAX:
+                hits.append((b.block_idx, switches, share, waits))
+                break
     if not hits:
         return None
     _, switches, share, waits = hits[0]
@@ -145,4 +153,29 @@ def findings(result: LaunchResult) -> list[Finding]:
     nodb = _no_double_buffering(result)
     if nodb:
         out.append(nodb)
+    wait = _cross_core_wait(result)
+    if wait:
+        out.append(wait)
     return out
+
+
+def _cross_core_wait(result: LaunchResult) -> Finding | None:
+    shares: dict[str, list[float]] = {}
+    for b in result.blocks:
+        for sb in b.sub_blocks:
+            if sb.cycles:
+                shares.setdefault(sb.name, []).append(sb.cross_core_wait / sb.cycles)
+    mean = {u: sum(v) / len(v) for u, v in shares.items()}
+    waiting = {u: m for u, m in mean.items() if m >= CROSS_CORE_WAIT}
+    if not waiting:
+        return None
+    worst = max(waiting, key=lambda u: waiting[u])
+    other = "AIVs" if worst == "aic" else "AIC"
+    listed = ", ".join(f"{u} {m:.0%}" for u, m in sorted(mean.items()))
+    return Finding(
+        "cross-core-wait",
+        f"{worst} stalls {waiting[worst]:.0%} of its cycles in CrossCoreWaitFlag for the "
+        f"{other} (stalled share per unit: {listed}): the cube and vector sides wait on each "
+        "other's GM hand-offs; give each side more work per flag (bigger tiles) or "
+        "double-buffer the workspace so one side works while the other hands over",
+    )

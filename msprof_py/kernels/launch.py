@@ -131,6 +131,7 @@ def _sub_blocks(cores: list[CoreState]) -> list[SubBlockResult]:
             c.timeline.finish,
             {p.value: c.timeline.busy[p] for p in PIPES},
             c.timeline.instructions,
+            c.cross_core_wait,
         )
         for c in cores
     ]

@@ -226,6 +226,9 @@ def CrossCoreWaitFlag(flag_id: int, pipe: Pipe | str = Pipe.S) -> None:
             )
         t = pending.popleft()
     tl = core.timeline
+    if p is Pipe.S:
+        # stalled: every pipe has drained and dispatch still waits for the flag
+        core.cross_core_wait += max(0, t - tl.finish)
     tl.wait_until(p, t)
     if p is Pipe.S:
         tl.issue_clock = max(tl.issue_clock, t)

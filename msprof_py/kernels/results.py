@@ -46,6 +46,8 @@ class SubBlockResult:
     cycles: int
     pipe_busy: dict[str, int]
     instructions: list[Instr] = field(repr=False)
+    #: cycles this unit stood idle (every pipe drained) in CrossCoreWaitFlag
+    cross_core_wait: int = 0
 
     @property
     def name(self) -> str:

@@ -216,3 +216,20 @@ def test_core_pipe_busy_is_the_busiest_unit_not_the_sum() -> None:
     assert block.pipe_busy["MTE2"] == 322 + 373  # work of both AIVs
     assert core.pipe_busy["MTE2"] == 373  # each AIV has its own MTE2: the busier one
     assert block.ratio("MTE2") == pytest.approx(373 / 1083)
+
+
+def test_cross_core_wait_finding_names_the_stalled_unit() -> None:
+    from msprof_py.kernels.findings import findings
+
+    result = launch(_handoff, 1, np.zeros(8192, np.float16), kernel_type="mix_aic_1_2")
+    subs = {sb.name: sb for sb in result.blocks[0].sub_blocks}
+    # AIVs stall 0 -> 600 for the AIC's flag; the AIC stalls 500 -> 1073 for both AIVs
+    assert {u: sb.cross_core_wait for u, sb in subs.items()} == {
+        "aic": 573, "aiv0": 600, "aiv1": 600
+    }  # fmt: skip
+    (hit,) = [f for f in findings(result) if f.rule == "cross-core-wait"]
+    # aiv0 has the largest stalled share: 600 of its 922 cycles
+    assert hit.message.startswith(
+        f"aiv0 stalls {600 / 922:.0%} of its cycles in CrossCoreWaitFlag for the AIC"
+    )
+    assert f"aic {573 / 1083:.0%}" in hit.message
