@@ -350,6 +350,13 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "findings fired": str(head.get("findings_fired")),
         "estimated gain (bound)": f"at most {head.get('estimated_gain_us') or 0:,.1f} us/step",
     }
+    if head.get("joint_gain_us") is not None:
+        rest = head.get("joint_gain_not_included") or []
+        figures["estimated gain (re-costed)"] = (
+            f"{head['joint_gain_us']:,.1f} us/step for {', '.join(head['joint_gain_rules'])} "
+            "applied together (replayed)"
+            + (f"; {', '.join(rest)} only in the bound" if rest else "")
+        )
     classes = a.compute_density.get("classes")
     density = []
     if classes is not None and len(classes):
