@@ -97,22 +97,27 @@ def joint(data: RankData, findings: list[Finding]) -> dict[str, Any]:
     """The re-costed combined gain (us per step) of the fired findings of ``data``'s rank whose
     change the replay expresses (:func:`msprof_py.analyzers.replay.joint_gain_ns`).
 
-    Returns ``gain_us`` (None when no fired finding has a replayable change), ``rules`` (the
-    findings it includes, in priority order), ``sum_us`` (their single gains added up, for
-    reference), ``not_included`` (fired findings with a gain the replay cannot express: they
-    stay in the bound) and ``basis``."""
-    fired = [
-        f
-        for f in findings
-        if f.status == FIRED and f.estimated_gain_us and f.rank in (data.rank, None)
-    ]
+    The joint gain is not the sum of the single gains: less where the changes save the same
+    critical path (once one change makes the step bound by the launches, the other's device
+    time is not waited for), more where one change's saving only shows once the other's
+    bottleneck is gone. Returns ``gain_us`` (None when no fired finding has a replayable
+    change), ``rules`` (the findings it includes, in priority order), ``sum_us`` (their
+    single gains added up, for reference), ``not_included`` (fired findings with a gain the
+    replay cannot express: they stay in the bound) and ``basis``."""
+    fired = [f for f in findings if f.status == FIRED and f.rank in (data.rank, None)]
     kept = replay.recorded(data)
+    # every replayable change, even one gaining nothing alone: with another change applied
+    # it can be on the critical path (AI CPU tasks behind a launch-bound stretch)
     rules = [f.rule for f in fired if f.rule in kept]
     gain = replay.joint_gain_ns(data, rules) / 1e3 if rules else None
     return {
         "gain_us": None if gain is None else max(0.0, gain),
         "rules": rules,
-        "sum_us": sum(max(0.0, float(f.estimated_gain_us or 0)) for f in fired if f.rule in kept),
-        "not_included": [f.rule for f in fired if f.rule not in kept],
+        "sum_us": sum(
+            (max(0.0, float(f.estimated_gain_us or 0)) for f in fired if f.rule in kept), 0.0
+        ),
+        "not_included": [
+            f.rule for f in fired if f.rule not in kept and (f.estimated_gain_us or 0) > 0
+        ],
         "basis": JOINT_BASIS,
     }

@@ -22,9 +22,9 @@ streams, full queues) cancels out.
 
 A rule whose change the replay expresses records it (:func:`record`) as it estimates its
 gain; :func:`joint_gain_ns` replays the recorded changes of several findings together, once:
-the re-costed combined gain, where removing one change's tasks can make another's saving
-fall off the critical path (so it is no more than the sum of the single gains, and often
-less).
+the re-costed combined gain: removing one change's tasks can take another's saving off the
+critical path (the joint gain is then less than the sum of the single gains) or put it on
+(more).
 """
 
 from __future__ import annotations
