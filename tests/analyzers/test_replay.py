@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from analyze_helpers import Builder
 
-from msprof_py.analyzers import context, engine, gains, replay
+from msprof_py.analyzers import context, engine, gains, render, replay
 from msprof_py.analyzers.rules_compute import RuleContext
 from msprof_py.profile import Profile
+from msprof_py.report import build
 
 US = 1000
 STAGE1, STAGE2, SYNC = 6 * US, 10 * US, 5 * US  # the 910B preset's dispatch costs
@@ -224,3 +225,21 @@ def test_the_joint_estimate_replays_the_fired_findings_changes_together() -> Non
     assert joint["sum_us"] == pytest.approx(16.0)
     assert joint["not_included"] == ["sync_in_loop"]
     assert gains.joint(d, [unreplayable])["gain_us"] is None
+
+
+def test_the_joint_gain_is_shown_beside_the_bound_with_what_it_includes() -> None:
+    head = {
+        "joint_gain_us": 14.0,
+        "joint_gain_rules": ["transdata_heavy", "aicpu_fallback"],
+        "joint_gain_sum_us": 16.0,
+        "joint_gain_not_included": ["sync_in_loop"],
+    }
+    assert render.joint_text(head) == (
+        "; re-costed together 14.0 us/step for transdata_heavy, aicpu_fallback (replayed at "
+        "once; their single gains add up to 16.0; sync_in_loop only in the bound)"
+    )
+    assert build.joint_figure(head) == (
+        "14.0 us/step for transdata_heavy, aicpu_fallback applied together (replayed); "
+        "sync_in_loop only in the bound"
+    )
+    assert render.joint_text({"joint_gain_us": None}) == build.joint_figure({}) == ""
