@@ -590,7 +590,7 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     # tasks shorter a step can be bound by the launches or the host instead
     device_modelled = float(device_saved.sum())
     modelled, both, replayed = aicpu_gains_ns(data, t, device_saved, beyond)
-    heuristic = both - modelled
+    heuristic = max(0.0, both - modelled)
     table = aicpu.table(data)
     table = table[table["op_type"].isin(t["op_type"])]
     users = table[table["source"] == "user"]
@@ -643,7 +643,7 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
         longest = fallbacks.loc[fallbacks["duration_ns"].idxmax()]
         old = str(longest["reason"]).removeprefix("dtype ")
         evidence["apply"] = {"dtype": {"from": old, "to": str(longest["to_dtype"])}}
-    finding = spec.fire(values, share, us(both), data.rank, evidence)
+    finding = spec.fire(values, share, us(modelled + heuristic), data.rank, evidence)
     if heuristic > modelled:
         finding.gain_model = "heuristic"
     if not user.any():
