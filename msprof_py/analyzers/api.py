@@ -22,6 +22,7 @@ from msprof_py.analyzers import (
     engine,
     flame,
     formats,
+    gains,
     graphs,
     memory,
     module_tree,
@@ -60,6 +61,8 @@ class Analysis:
     #: instance path: self/total device time per step, forward/backward), ``flame`` (device
     #: time per call stack or module path, for flame graphs)
     modules: Section = field(default_factory=dict)
+    #: the focus rank's re-costed combined gain (:func:`msprof_py.analyzers.gains.joint`)
+    joint: Section = field(default_factory=dict)
 
     def __repr__(self) -> str:
         """One line: the profile, its steps and the findings that fired (a REPL prints it)."""
@@ -257,6 +260,7 @@ def analyze(
             "tree": each(module_tree.tree),
             "flame": each(flame.folded),
         },
+        joint=gains.joint(focus, findings),
     )
 
 

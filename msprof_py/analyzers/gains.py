@@ -15,13 +15,20 @@ step time itself. The combined figure is an **upper bound** built from the step'
   within ``communication`` the gains overlap: the part takes the largest;
 * each part is capped by that part of the step, the total by the step.
 
-It is not a re-costed estimate: doing everything gains at most this much.
+It is not a re-costed estimate: doing everything gains at most this much. Beside it,
+:func:`joint` gives a **re-costed** combined gain: the step replayed once with the changes of
+every fired finding the replay can express applied together (TransData removed, Conv+BN+ReLU
+chains fused, AI CPU tasks re-costed: :mod:`msprof_py.analyzers.replay`); the findings it
+cannot express (host dispatch, syncs, batch size, AMP, the optimizer...) stay only in the
+bound.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from msprof_py.analyzers import replay
+from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import FIRED, Finding
 
 #: rule -> the part of the step its gain comes out of
@@ -35,6 +42,11 @@ PARTS: dict[str, str] = {
     "exposed_communication": "communication",
     "slow_rank": "communication",
 }
+JOINT_BASIS = (
+    "re-costed: the recorded launches and syncs replayed once with the changes of the "
+    "included findings applied together (their tasks removed or re-costed); the other "
+    "findings are only in the bound"
+)
 BASIS = (
     "upper bound: each finding's gain comes out of one part of the step (free time, "
     "computing, exposed communication); gains of disjoint idle causes add up, overlapping "
@@ -78,4 +90,34 @@ def combined(findings: list[Finding], per_step: dict[str, float]) -> dict[str, A
         "sum_us": total,
         "by_part": parts,
         "basis": BASIS,
+    }
+
+
+def joint(data: RankData, findings: list[Finding]) -> dict[str, Any]:
+    """The re-costed combined gain (us per step) of the fired findings of ``data``'s rank whose
+    change the replay expresses (:func:`msprof_py.analyzers.replay.joint_gain_ns`).
+
+    The joint gain is not the sum of the single gains: less where the changes save the same
+    critical path (once one change makes the step bound by the launches, the other's device
+    time is not waited for), more where one change's saving only shows once the other's
+    bottleneck is gone. Returns ``gain_us`` (None when no fired finding has a replayable
+    change), ``rules`` (the findings it includes, in priority order), ``sum_us`` (their
+    single gains added up, for reference), ``not_included`` (fired findings with a gain the
+    replay cannot express: they stay in the bound) and ``basis``."""
+    fired = [f for f in findings if f.status == FIRED and f.rank in (data.rank, None)]
+    kept = replay.recorded(data)
+    # every replayable change, even one gaining nothing alone: with another change applied
+    # it can be on the critical path (AI CPU tasks behind a launch-bound stretch)
+    rules = [f.rule for f in fired if f.rule in kept]
+    gain = replay.joint_gain_ns(data, rules) / 1e3 if rules else None
+    return {
+        "gain_us": None if gain is None else max(0.0, gain),
+        "rules": rules,
+        "sum_us": sum(
+            (max(0.0, float(f.estimated_gain_us or 0)) for f in fired if f.rule in kept), 0.0
+        ),
+        "not_included": [
+            f.rule for f in fired if f.rule not in kept and (f.estimated_gain_us or 0) > 0
+        ],
+        "basis": JOINT_BASIS,
     }

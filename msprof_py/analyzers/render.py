@@ -239,12 +239,29 @@ def _cluster(a: Analysis, console: Console) -> None:
     console.print(_table("ranks (per step)", cols, rows))
 
 
+def joint_text(h: dict) -> str:
+    """The headline's re-costed combined gain as a clause (empty when there is none): its
+    figure, the findings it includes and that the rest is only in the bound."""
+    if h.get("joint_gain_us") is None:
+        return ""
+    rules = ", ".join(h["joint_gain_rules"])
+    rest = (
+        f"; {', '.join(h['joint_gain_not_included'])} only in the bound"
+        if h["joint_gain_not_included"]
+        else ""
+    )
+    return (
+        f"; re-costed together {h['joint_gain_us']:,.1f} us/step for {rules} (replayed at "
+        f"once; their single gains add up to {h['joint_gain_sum_us']:,.1f}{rest})"
+    )
+
+
 def _findings(a: Analysis, console: Console) -> None:
     fired = [f for f in a.findings if f.status == FIRED]
     h = headline(a)
     combined = (
         f"; together at most {h['estimated_gain_us']:,.1f} us/step (the gains overlap: "
-        "bounded by the step's parts, not summed)"
+        "bounded by the step's parts, not summed)" + joint_text(h)
         if len([f for f in fired if f.estimated_gain_us]) > 1
         else ""
     )

@@ -19,21 +19,77 @@ start from a replayed state), and at most :data:`MAX_STEPS` analysed steps are r
 change's gain per step is their mean. The gain is the difference of two replays (as recorded
 and with the change), so what the replay does not model (resource contention between
 streams, full queues) cancels out.
+
+A rule whose change the replay expresses records it (:func:`record`) as it estimates its
+gain; :func:`joint_gain_ns` replays the recorded changes of several findings together, once:
+the re-costed combined gain: removing one change's tasks can take another's saving off the
+critical path (the joint gain is then less than the sum of the single gains) or put it on
+(more).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.ops import WORK_KINDS
 
 #: the analysed steps replayed at most (the gain is a mean per step)
 MAX_STEPS = 8
 #: host record kinds replayed (ops and annotations only enclose them)
 LEAF_KINDS = ("launch", "sync", "api", "python")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change the replay can express: ``drop`` (task ids removed, with their launches) and
+    ``durations`` (new task durations in ns, indexed by task id)."""
+
+    drop: frozenset[int] = frozenset()
+    durations: pd.Series = field(default_factory=lambda: pd.Series(dtype="float64"))
+
+
+def change(drop: Any = (), durations: pd.Series | None = None) -> Change:
+    """A :class:`Change` from task ids and an optional duration series."""
+    new = pd.Series(dtype="float64") if durations is None else durations.astype("float64")
+    return Change(frozenset(int(x) for x in np.asarray(list(drop), np.int64)), new)
+
+
+def combine(changes: list[Change]) -> Change:
+    """The changes applied together: every task any of them removes is removed; a task that
+    several re-cost takes the shortest duration (each change's saving kept)."""
+    drop = frozenset().union(*(c.drop for c in changes)) if changes else frozenset()
+    parts = [c.durations for c in changes if len(c.durations)]
+    durations = pd.concat(parts).groupby(level=0).min() if parts else pd.Series(dtype="float64")
+    durations = durations[~durations.index.isin(list(drop))]
+    return Change(drop, durations)
+
+
+def record(data: RankData, rule: str, drop: Any = (), durations: pd.Series | None = None) -> float:
+    """Keep ``rule``'s change for :func:`joint_gain_ns` and return its replayed gain (ns per
+    step, as :func:`gain_ns`)."""
+    data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations)
+    return gain_ns(data, drop, durations)
+
+
+def recorded(data: RankData) -> dict[str, Change]:
+    """The changes the rules recorded on ``data`` (rule -> change)."""
+    return dict(data.cache.get("replay_changes", {}))
+
+
+def joint_gain_ns(data: RankData, rules: list[str]) -> float:
+    """Mean step time saved (ns per step) with the recorded changes of ``rules`` applied
+    together, replayed once (0.0 when none of them recorded one)."""
+    kept = recorded(data)
+    changes = [kept[r] for r in rules if r in kept]
+    if not changes:
+        return 0.0
+    both = combine(changes)
+    return gain_ns(data, sorted(both.drop), both.durations)
 
 
 def _window(data: RankData) -> tuple[list[int], int | None]:
@@ -42,6 +98,33 @@ def _window(data: RankData) -> tuple[list[int], int | None]:
     every = data.all_tasks["step"]
     before = every[every < ids[0]] if ids else every.iloc[:0]
     return ids, (int(before.max()) if len(before) else None)
+
+
+def stage2_ns(ended: np.ndarray, arrived: np.ndarray, free: float = -np.inf) -> np.ndarray:
+    """Each launch's stage 2 in the launch pipeline, read off the records (launches in
+    order): its task's arrival less the later of its host launch's end (``ended``) and the
+    arrival before (the pipeline takes one launch at a time; ``free``: when it was free
+    before the first)."""
+    before = np.concatenate([[free], arrived[:-1]]) if len(arrived) else arrived
+    return np.clip(arrived - np.maximum(ended, before), 0, None)
+
+
+def arrival_waits(data: RankData, start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """Of each device gap [``start``, ``end``) (ns), the part the device waited for its next
+    task to arrive (its recorded ``launch_ns``; the whole gap after the last task); the rest
+    of the gap the task had arrived and waited for another stream, an event or resources.
+    None for an imported profile, which records no device arrival (its ``launch_ns`` is the
+    launch call's end, an estimate)."""
+    if data.meta.get("source_format"):
+        return None
+    tasks = data.all_tasks
+    work = tasks.loc[tasks["kind"].isin(WORK_KINDS), ["start_ns", "launch_ns"]]
+    work = work.sort_values("start_ns", kind="stable")
+    starts = work["start_ns"].to_numpy()
+    nxt = np.searchsorted(starts, end, side="left")
+    arrival = work["launch_ns"].to_numpy(np.float64)[np.clip(nxt, 0, max(0, starts.size - 1))]
+    dur = (end - start).astype(np.float64)
+    return np.where(nxt < starts.size, np.clip(arrival - start, 0, dur), dur)
 
 
 class _Timeline:
@@ -107,6 +190,15 @@ class _Timeline:
             self.owner[i] = last
         self.sync_ns = data.spec.dispatch.sync_ns if data.spec is not None else 0
         early = tasks.loc[tasks["task_id"] < (self.task_id[0] if n_t else 0), "launch_ns"]
+        # each launch's stage 2, read off the records in host order (0 for other records)
+        is_launch = (self.kind == "launch") & (self.h_task >= 0)
+        at = self.h_task[is_launch]
+        self.stage2 = np.zeros(len(self.kind))
+        self.stage2[is_launch] = stage2_ns(
+            self.h_end[is_launch].astype(np.float64),
+            self.launch[at].astype(np.float64),
+            float(early.max()) if len(early) else 0.0,
+        )
         self.stage2_free = float(early.max()) if len(early) else 0.0
         self.step_end_rec = self._step_ends(self.end)
 
@@ -133,7 +225,7 @@ class _Timeline:
         done = np.zeros(n, bool)
         host = float(self.h_start[0]) if len(self.h_start) else 0.0
         prev_end_rec = host
-        stage2_free = stage2_free_rec = self.stage2_free
+        stage2_free = self.stage2_free
         latest = self.before_end  # the latest replayed task end so far
         last_launched = -1
 
@@ -157,13 +249,9 @@ class _Timeline:
             i = int(self.h_task[k])
             kind = self.kind[k]
             if kind == "launch" and i >= 0:
-                stage2 = max(
-                    0.0, float(self.launch[i]) - max(float(self.h_end[k]), stage2_free_rec)
-                )
-                stage2_free_rec = float(self.launch[i])
                 if not dropped[i]:
                     host += own
-                    arrival[i] = stage2_free = max(host, stage2_free) + stage2
+                    arrival[i] = stage2_free = max(host, stage2_free) + float(self.stage2[k])
                 # the launch's graph tasks (no record of their own) follow it
                 j = i
                 while j < n and self.owner[j] == i:

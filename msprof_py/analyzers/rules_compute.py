@@ -172,8 +172,9 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
         ],
     }
     gain = saved / n
-    if spec.extra.get("estimate") == "replay":
-        replayed = fusion_replay_gain_ns(data, sel)
+    if spec.extra.get("estimate") == "replay":  # kept for the joint estimate (gains.joint)
+        change = fusion_change(data, sel)
+        replayed = None if change is None else replay.record(data, spec.name, *change)
         evidence["device_saved_us_per_step"] = us(saved / n)
         evidence["replayed"] = replayed is not None
         gain = gain if replayed is None else replayed
@@ -183,12 +184,12 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
     return finding
 
 
-def fusion_replay_gain_ns(data: RankData, sel: pd.DataFrame) -> float | None:
-    """Step time saved per step (ns) if each chain of ``sel`` (pattern matches with their
-    ``fused_ns``) ran as one fused kernel: the chain's first cube kernel (its first task
-    where none runs on the cube) takes the fused duration, and its other tasks go with their
-    launches (a fused op is one launch), replayed (:mod:`msprof_py.analyzers.replay`); None
-    without host launch records. The host time of the ops outside their launches is kept."""
+def fusion_change(data: RankData, sel: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """The replay's change (tasks removed, task durations) if each chain of ``sel`` (pattern
+    matches with their ``fused_ns``) ran as one fused kernel: the chain's first cube kernel
+    (its first task where none runs on the cube) takes the fused duration, and its other
+    tasks go with their launches (a fused op is one launch); None without host launch
+    records. The host time of the ops outside their launches is kept."""
     if not (data.all_host["kind"] == "launch").any():
         return None
     ops = recost.fusion_members(data)
@@ -210,7 +211,7 @@ def fusion_replay_gain_ns(data: RankData, sel: pd.DataFrame) -> float | None:
         fused.reindex(keep["match"]).to_numpy(float), index=keep["task_id"].to_numpy()
     )
     drop = t.loc[~t["task_id"].isin(keep["task_id"]), "task_id"]
-    return replay.gain_ns(data, drop, durations)
+    return drop, durations
 
 
 def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
@@ -287,31 +288,6 @@ def _serial_gain(data: RankData, host_saved: float, device_saved: float) -> tupl
     both = min(host, device)
     overlap = min(1.0, max(0.0, host + device - step) / both) if both > 0 else 1.0
     return host_saved + device_saved - overlap * min(host_saved, device_saved), overlap
-
-
-def launch_floor_ns(data: RankData) -> pd.Series:
-    """Per analysed step (indexed by step number): the time between the last task reaching
-    the device in the step before and in this one (``launch_ns``, the task's arrival). The
-    device cannot finish a step's work faster than its tasks arrive, so a step whose device
-    work shrinks is no shorter than this; where no step came before, the time from the
-    start of the step's device window to its last task's arrival."""
-    steps = data.steps.set_index("step")
-    every = data.all_tasks
-    last = every.groupby("step")["launch_ns"].max().sort_index()
-    floor = last.diff().reindex(steps.index)
-    own = last.reindex(steps.index) - steps["dev_start_ns"]
-    return floor.fillna(own).fillna(0.0).astype("float64").clip(lower=0)
-
-
-def floored_gain_ns(data: RankData, saved_by_step: pd.Series) -> float:
-    """Step time saved (ns, total over the analysed steps) by ``saved_by_step`` ns less device
-    work per step (indexed by step number) when each step stays no shorter than its
-    :func:`launch_floor_ns`: a step whose tasks arrive slower than the device runs them
-    gains only down to the arrival rate."""
-    steps = data.steps.set_index("step")["duration_ns"].astype("float64")
-    saved = saved_by_step.reindex(steps.index).fillna(0.0)
-    after = np.maximum(launch_floor_ns(data), steps - saved)
-    return float(np.clip(steps - np.minimum(after, steps), 0, None).sum())
 
 
 def amp_fp32_cube(ctx: RuleContext, spec: RuleSpec) -> Finding:
@@ -570,7 +546,26 @@ def transdata_gain_ns(data: RankData) -> float | None:
     host = data.all_host
     if not (host["kind"] == "launch").any():
         return None
-    return replay.gain_ns(data, ids)
+    return replay.record(data, "transdata_heavy", ids)
+
+
+def aicpu_gains_ns(
+    data: RankData, t: pd.DataFrame, device_saved: pd.Series, beyond: pd.Series
+) -> tuple[float, float, bool]:
+    """Step time saved per step (ns) by the AI CPU tasks ``t`` running ``device_saved`` ns
+    shorter (the modelled dtype re-cost), and by both that and ``beyond`` (the heuristic
+    part: ops that always run on the AI CPU down to its launch overhead), replayed
+    (:mod:`msprof_py.analyzers.replay`, which keeps the combined change for the joint
+    estimate), and whether they were replayed: without host launch records the device time
+    saved per step is the estimate."""
+    n = data.n_steps
+    if not (data.all_host["kind"] == "launch").any():
+        return float(device_saved.sum()) / n, float((device_saved + beyond).sum()) / n, False
+    ids = t["task_id"].to_numpy()
+    duration = t["duration_ns"].astype("float64")
+    modelled = pd.Series((duration - device_saved).to_numpy(), index=ids)
+    both = pd.Series((duration - device_saved - beyond).to_numpy(), index=ids)
+    return replay.gain_ns(data, (), modelled), replay.record(data, "aicpu_fallback", (), both), True
 
 
 def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
@@ -591,12 +586,11 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
     device_saved = np.clip(t["duration_ns"] - vector, 0, None).where(by_dtype & user, 0.0)
     sched = data.spec.aicpu.launch_overhead_ns
     beyond = np.clip(t["duration_ns"] - sched, 0, None).where(~by_dtype & user, 0.0)
-    # device work saved, then the step time it saves: no step gets shorter than its tasks'
-    # arrival rate (with the AI CPU's long tasks gone a step can be bound by the launches)
+    # device work saved, then the step time it saves, replayed: with the AI CPU's long
+    # tasks shorter a step can be bound by the launches or the host instead
     device_modelled = float(device_saved.sum())
-    modelled = floored_gain_ns(data, device_saved.groupby(t["step"]).sum())
-    both = floored_gain_ns(data, (device_saved + beyond).groupby(t["step"]).sum())
-    heuristic = both - modelled
+    modelled, both, replayed = aicpu_gains_ns(data, t, device_saved, beyond)
+    heuristic = max(0.0, both - modelled)
     table = aicpu.table(data)
     table = table[table["op_type"].isin(t["op_type"])]
     users = table[table["source"] == "user"]
@@ -624,9 +618,10 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "change": change + fw_text,
     }
     evidence = {
-        "modelled_gain_us_per_step": us(modelled / n),
+        "modelled_gain_us_per_step": us(modelled),
         "device_saved_us_per_step": us(device_modelled / n),
-        "heuristic_gain_us_per_step": us(heuristic / n),
+        "heuristic_gain_us_per_step": us(heuristic),
+        "replayed": replayed,
         "framework_us_per_step": us(float(t.loc[~user, "duration_ns"].sum()) / n),
         "ops": [
             {
@@ -648,7 +643,7 @@ def aicpu_fallback(ctx: RuleContext, spec: RuleSpec) -> Finding:
         longest = fallbacks.loc[fallbacks["duration_ns"].idxmax()]
         old = str(longest["reason"]).removeprefix("dtype ")
         evidence["apply"] = {"dtype": {"from": old, "to": str(longest["to_dtype"])}}
-    finding = spec.fire(values, share, us((modelled + heuristic) / n), data.rank, evidence)
+    finding = spec.fire(values, share, us(modelled + heuristic), data.rank, evidence)
     if heuristic > modelled:
         finding.gain_model = "heuristic"
     if not user.any():

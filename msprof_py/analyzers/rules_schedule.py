@@ -12,7 +12,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprof_py.analyzers import batchscale, compute, copies, graphs, memory, syncs, timeline
+from msprof_py.analyzers import (
+    batchscale,
+    compute,
+    copies,
+    graphs,
+    memory,
+    replay,
+    syncs,
+    timeline,
+)
 from msprof_py.analyzers import ops as ops_table
 from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
@@ -100,33 +109,27 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
 def _dispatch_idle(data: RankData) -> tuple[float, float]:
     """Device idle time (ns, over the analysed steps) waiting for launches, and the rest of
     the gaps the gap analysis gives to host-bound dispatch: a gap waits for a launch until
-    its next task reaches the device; after that (the task had arrived) the device waits for
-    another stream, an event or its resources, not for the host."""
+    its next task reaches the device (:func:`replay.arrival_waits`); after that (the task had
+    arrived) the device waits for another stream, an event or its resources, not for the
+    host. An imported profile records no arrival: its whole gaps are the host's, as the gap
+    analysis says."""
     gaps = timeline.idle_gaps(data)
     gaps = gaps[gaps["cause"] == "host-bound dispatch"]
     if gaps.empty:
         return 0.0, 0.0
-    if data.meta.get("source_format"):
-        # an imported profile records no device arrival (its launch_ns is the launch call's
-        # end, an estimate): the whole gap is the host's, as the gap analysis says
-        return float(gaps["duration_ns"].sum()), 0.0
-    tasks = data.all_tasks
-    work = tasks.loc[tasks["kind"].isin(ops_table.WORK_KINDS), ["start_ns", "launch_ns"]]
-    work = work.sort_values("start_ns", kind="stable")
-    starts = work["start_ns"].to_numpy()
-    nxt = np.searchsorted(starts, gaps["end_ns"].to_numpy(), side="left")
-    arrival = work["launch_ns"].to_numpy(dtype=np.float64)[np.clip(nxt, 0, max(0, starts.size - 1))]
-    start = gaps["start_ns"].to_numpy(dtype=np.float64)
-    dur = gaps["duration_ns"].to_numpy(dtype=np.float64)
-    waited = np.where(nxt < starts.size, np.clip(arrival - start, 0, dur), dur)
+    start = gaps["start_ns"].to_numpy(np.float64)
+    dur = gaps["duration_ns"].to_numpy(np.float64)
+    waited = replay.arrival_waits(data, start, start + dur)
+    if waited is None:
+        return float(dur.sum()), 0.0
     return float(waited.sum()), float((dur - waited).sum())
 
 
 def arrival_limiter(data: RankData) -> dict[str, Any]:
     """What sets the rate tasks reach the device: the host thread (Python, dispatch and the
     launches' stage 1, everything but its syncs) or the launch pipeline (the launches' stage
-    2, one launch at a time: each arrival less the later of its host launch's end and the
-    arrival before). Per step, in us, and the limiter's name."""
+    2, :func:`replay.stage2_ns`, as the replay reads it). Per step, in us, and the limiter's
+    name."""
     n = data.n_steps
     host = data.host
     syncs = host[host["kind"] == "sync"]
@@ -138,9 +141,7 @@ def arrival_limiter(data: RankData) -> dict[str, Any]:
     ok = ~np.isnan(arrived)
     arrived, ended = arrived[ok], launches["end_ns"].to_numpy(dtype=np.float64)[ok]
     order = np.argsort(arrived, kind="stable")
-    arrived, ended = arrived[order], ended[order]
-    before = np.concatenate([[-np.inf], arrived[:-1]])
-    pipeline = float(np.clip(arrived - np.maximum(ended, before), 0, None).sum())
+    pipeline = float(replay.stage2_ns(ended[order], arrived[order]).sum())
     launches_per_step = len(arrived) / n
     return {
         "host_thread_us_per_step": us(thread / n),

@@ -22,7 +22,12 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
                     median_step_us, outlier_steps, comm_not_overlapped_share (computing +
                     it + free = 1), estimated_gain_model (``bound``), estimated_gain_basis,
                     estimated_gain_sum_us (the plain sum of the findings' gains, which
-                    overlap: for reference only; see :mod:`msprof_py.analyzers.gains`)
+                    overlap: for reference only; see :mod:`msprof_py.analyzers.gains`),
+                    joint_gain_us (re-costed: the step replayed once with the changes of
+                    the findings in joint_gain_rules applied together; null when no fired
+                    finding's change is replayable), joint_gain_sum_us (their single gains
+                    added up), joint_gain_not_included (fired findings only in the bound),
+                    joint_gain_basis
 ``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
 ``op_statistic``    msprof's op_statistic table (every op type and core type)
 ``copy``            ``summary`` (one object per rank), ``by_direction``
@@ -177,6 +182,11 @@ HEADLINE_KEYS = [
     "estimated_gain_model",
     "estimated_gain_basis",
     "estimated_gain_sum_us",
+    "joint_gain_us",
+    "joint_gain_rules",
+    "joint_gain_sum_us",
+    "joint_gain_not_included",
+    "joint_gain_basis",
 ]
 
 
@@ -240,6 +250,11 @@ def headline(a: Analysis) -> dict[str, Any]:
             "estimated_gain_model": "bound",
             "estimated_gain_basis": gain["basis"],
             "estimated_gain_sum_us": gain["sum_us"],
+            "joint_gain_us": a.joint.get("gain_us"),
+            "joint_gain_rules": list(a.joint.get("rules") or []),
+            "joint_gain_sum_us": a.joint.get("sum_us"),
+            "joint_gain_not_included": list(a.joint.get("not_included") or []),
+            "joint_gain_basis": a.joint.get("basis", ""),
         }
     )
 

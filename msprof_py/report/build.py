@@ -333,6 +333,17 @@ def _ranks(profile: Profile, a: Any) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- document
 
 
+def joint_figure(head: dict[str, Any]) -> str:
+    """The headline's re-costed combined gain as a key figure ("" when there is none)."""
+    if head.get("joint_gain_us") is None:
+        return ""
+    rest = head.get("joint_gain_not_included") or []
+    return (
+        f"{head['joint_gain_us']:,.1f} us/step for {', '.join(head['joint_gain_rules'])} "
+        "applied together (replayed)" + (f"; {', '.join(rest)} only in the bound" if rest else "")
+    )
+
+
 def _header(profile: Profile, a: Any) -> dict[str, Any]:
     from msprof_py.analyzers.schema import headline
 
@@ -350,6 +361,9 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "findings fired": str(head.get("findings_fired")),
         "estimated gain (bound)": f"at most {head.get('estimated_gain_us') or 0:,.1f} us/step",
     }
+    joint = joint_figure(head)
+    if joint:
+        figures["estimated gain (re-costed)"] = joint
     classes = a.compute_density.get("classes")
     density = []
     if classes is not None and len(classes):

@@ -2,7 +2,8 @@
 
     python apply_fix.py RECIPE_JSON SCRIPT [ARGS...]
 
-RECIPE_JSON is a finding's ``evidence["apply"]``. Supported:
+RECIPE_JSON is a finding's ``evidence["apply"]``, or a list of them (applied together, in
+order: the joint check). Supported:
 
 * ``{"optimizer": CLS, "kwargs": {...}}``: every ``torch.optim.CLS`` the script builds gets
   those keyword arguments (a script passing ``foreach`` keeps it only without ``fused``,
@@ -197,10 +198,8 @@ def disable_grad_scaler() -> None:
     cls.__init__ = patched
 
 
-def main() -> None:
-    recipe = json.loads(sys.argv[1])
-    script = sys.argv[2]
-    args = sys.argv[3:]
+def apply(recipe: dict[str, Any], script: str, args: list[str]) -> list[str]:
+    """Apply one recipe (patches, or script options added to ``args``); the new arguments."""
     if "optimizer" in recipe:
         apply_optimizer_kwargs(recipe["optimizer"], recipe["kwargs"])
     elif "attention" in recipe:
@@ -223,6 +222,15 @@ def main() -> None:
         disable_grad_scaler()
     else:
         raise SystemExit(f"unknown recipe {recipe!r}")
+    return args
+
+
+def main() -> None:
+    recipes = json.loads(sys.argv[1])
+    script = sys.argv[2]
+    args = sys.argv[3:]
+    for recipe in recipes if isinstance(recipes, list) else [recipes]:
+        args = apply(recipe, script, args)
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")
 

@@ -17,11 +17,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-if not hasattr(torch, "npu"):  # a launcher may have installed the device already
-    import msprof_py.adapter
-
-    msprof_py.adapter.install()
+from sample_loop import train
 
 VOCAB = 4096
 
@@ -38,15 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     optimizer = torch.optim.SGD([*table.parameters(), *head.parameters()], lr=0.1)
     base = torch.arange(args.batch_size, dtype=getattr(torch, args.index_dtype)).to("npu")
     target = torch.zeros(args.batch_size, 1).to("npu")
-    losses = []
-    for step in range(args.steps):
+
+    def loss_of(step: int) -> torch.Tensor:
         ids = (base * 7 + step) % VOCAB
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.mse_loss(head(table(ids)), target)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
-    print(f"{args.steps} steps, index dtype {args.index_dtype}, last loss {losses[-1].item():.4f}")
+        return F.mse_loss(head(table(ids)), target)
+
+    last = train(args.steps, optimizer, loss_of)
+    print(f"{args.steps} steps, index dtype {args.index_dtype}, last loss {last.item():.4f}")
     return 0
 
 

@@ -88,3 +88,23 @@ def test_internal_format_recipe_sets_the_flag_before_the_script(
     monkeypatch.setattr(sys, "argv", ["apply_fix.py", recipe, str(script)])
     apply_fix.main()
     assert out.read_text() == "False"
+
+
+def test_a_list_of_recipes_applies_each_in_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The joint check's form: the format flag set and the script's dtype option added."""
+    from msprof_py.adapter import runtime
+
+    monkeypatch.setattr(runtime.state(), "internal_format", True)
+    script = tmp_path / "seen.py"
+    out = tmp_path / "seen.txt"
+    script.write_text(
+        'import sys, torch\n"--index-dtype"\n'
+        f"open({str(out)!r}, 'w').write(f'{{torch.npu.config.allow_internal_format}} "
+        "{sys.argv[1:]}')\n"
+    )
+    recipes = '[{"internal_format": false}, {"dtype": {"from": "int64", "to": "int32"}}]'
+    monkeypatch.setattr(sys, "argv", ["apply_fix.py", recipes, str(script), "--steps", "2"])
+    apply_fix.main()
+    assert out.read_text() == "False ['--steps', '2', '--index-dtype', 'int32']"

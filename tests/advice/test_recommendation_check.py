@@ -31,6 +31,7 @@ SAMPLE_BATCH = {"resnet": 8}
 SAMPLE_ARGV = {
     "index": [str(Path(__file__).with_name("index_step.py")), "--steps", "4"],
     "transdata": [str(Path(__file__).with_name("transdata_step.py")), "--steps", "4"],
+    "mixed": [str(Path(__file__).with_name("mixed_step.py")), "--steps", "4"],
     "resnet": ["train_resnet.py", "--steps", "4"],
     "transformer": ["train_transformer.py", "--steps", "4"],
     "amp-fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
@@ -50,6 +51,15 @@ CHECKED = [
     ("transdata", "transdata_heavy"),  # private formats off (TransData 30% of the step)
     ("resnet", "transdata_heavy"),  # the same, where 2 TransData per step are launch-bound
 ]
+#: the joint check: a sample where two findings with replayable changes fire, and their
+#: recipes, applied together and compared with the headline's re-costed joint gain
+JOINT = (
+    "mixed",
+    {
+        "transdata_heavy": {"internal_format": False},
+        "aicpu_fallback": {"dtype": {"from": "int64", "to": "int32"}},
+    },
+)
 #: rules whose finding may still fire once applied, for another cause it names: the check is
 #: then that it no longer carries its recipe (compiling the ResNet sample leaves the eager
 #: optimizer step's dispatch, which is fused_optimizer's advice)
@@ -162,3 +172,28 @@ def test_applied_advice_delivers_its_estimated_gain(
         assert "apply" not in again["evidence"], again["advice"]
     else:
         assert again["status"] == "ok", again["message"]
+
+
+def test_advice_applied_together_delivers_the_joint_estimate(tmp_path: Path) -> None:
+    """Both recipes of :data:`JOINT` applied at once: the step gets faster by the joint
+    estimate (one replay with both changes), within :data:`TOLERANCE`, not by the bound or
+    the sum of the single gains. On the mixed sample the AI CPU tasks alone gain nothing
+    (the launches bind the step) but do once the TransData launches are gone."""
+    sample, recipes = JOINT
+    script, *args = SAMPLE_ARGV[sample]
+    base = _record(tmp_path / "base", [str(SAMPLES / script), *args])
+    argv = [str(APPLY), json.dumps(list(recipes.values())), str(SAMPLES / script), *args]
+    both = _record(tmp_path / "both", argv)
+    before, after = _analysis(tmp_path / "base", base), _analysis(tmp_path / "both", both)
+    head = before["headline"]
+    for rule, recipe in recipes.items():
+        found = _finding(before, rule)
+        assert found["status"] == "fired" and found["evidence"]["apply"] == recipe, rule
+        assert _finding(after, rule)["status"] == "ok", rule
+    assert set(recipes) <= set(head["joint_gain_rules"])
+    measured = head["mean_step_us"] - after["headline"]["mean_step_us"]
+    estimated = head["joint_gain_us"]
+    print(f"\n{sample} {' + '.join(recipes)}: joint estimated {estimated:.1f} us (single "
+          f"gains {head['joint_gain_sum_us']:.1f} us, bound {head['estimated_gain_us']:.1f} "
+          f"us), measured {measured:.1f} us, ratio {measured / estimated:.2f}")  # fmt: skip
+    assert 1 - TOLERANCE <= measured / estimated <= 1 + TOLERANCE, (measured, estimated)

@@ -17,11 +17,7 @@ import sys
 
 import torch
 import torch.nn as nn
-
-if not hasattr(torch, "npu"):  # a launcher may have installed the device already
-    import msprof_py.adapter
-
-    msprof_py.adapter.install()
+from sample_loop import train
 
 CHANNELS = 16
 
@@ -49,14 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     model = nn.Sequential(*[GatedConv() for _ in range(args.blocks)]).to("npu")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(args.batch_size, CHANNELS, args.size, args.size).to("npu")
-    losses = []
-    for _ in range(args.steps):
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(x).square().mean()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.detach())
-    print(f"{args.steps} steps, {args.blocks} blocks, last loss {losses[-1].item():.6f}")
+    last = train(args.steps, optimizer, lambda _: model(x).square().mean())
+    print(f"{args.steps} steps, {args.blocks} blocks, last loss {last.item():.6f}")
     return 0
 
 

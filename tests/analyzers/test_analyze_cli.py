@@ -86,6 +86,10 @@ def test_json_schema_is_stable(run_dir: Path) -> None:
     assert doc["schema_version"] == 2
     assert list(doc["headline"]) == HEADLINE_KEYS
     assert doc["headline"]["estimated_gain_model"] == "bound"
+    # the Conv+BN+ReLU chains are the only replayable change that fires: the joint is its gain
+    fusion = next(f for f in doc["findings"] if f["rule"] == "fusion_conv_bn_relu")
+    assert doc["headline"]["joint_gain_rules"] == ["fusion_conv_bn_relu"]
+    assert doc["headline"]["joint_gain_us"] == pytest.approx(fusion["estimated_gain_us"])
     for key in ("median_step_ns", "step_windows", "outlier_steps", "notes", "steps_from"):
         assert key in doc["profile"], key
     for section, tables in SCHEMA.items():

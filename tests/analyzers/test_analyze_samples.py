@@ -83,6 +83,11 @@ def test_cnn_shows_conv_bn_relu_fusion_and_transdata(results: dict[str, Analysis
     # the int64 BatchNorm counter runs on the AI CPU: a framework internal, not user code
     aicpu = a.finding("aicpu_fallback")
     assert "BatchNorm2d" in aicpu.message and aicpu.evidence["framework_us_per_step"] > 0
+    # both replayed changes re-costed together: at most the step, and named beside the bound
+    joint = a.joint
+    assert {"fusion_conv_bn_relu", "transdata_heavy"} <= set(joint["rules"])
+    assert 0 < joint["gain_us"] <= a.profile["mean_step_ns"] / 1e3
+    assert set(joint["not_included"]) <= fired(a) - set(joint["rules"])
 
 
 def test_fp32_transformer_shows_amp_and_attention_fusion(results: dict[str, Analysis]) -> None:

@@ -3,12 +3,16 @@ timelines that follow the simulator's dispatch model: answers computed by hand."
 
 from __future__ import annotations
 
+import dataclasses
+
+import pandas as pd
 import pytest
 from analyze_helpers import Builder
 
-from msprof_py.analyzers import context, engine, replay
+from msprof_py.analyzers import context, engine, gains, render, replay
 from msprof_py.analyzers.rules_compute import RuleContext
 from msprof_py.profile import Profile
+from msprof_py.report import build
 
 US = 1000
 STAGE1, STAGE2, SYNC = 6 * US, 10 * US, 5 * US  # the 910B preset's dispatch costs
@@ -169,3 +173,73 @@ def test_fusion_conv_bn_relu_estimates_the_replayed_gain(kernel_us: int, gain_us
     assert found.evidence["replayed"] is True
     assert found.evidence["device_saved_us_per_step"] == pytest.approx(2 * kernel_us, abs=1e-3)
     assert found.estimated_gain_us == pytest.approx(gain_us, abs=1e-3)
+
+
+def per_kernel(d: context.RankData, kernels: dict[int, int]) -> pd.Series:
+    """New durations (ns, by task id) for the kernels at positions ``kernels`` (position in
+    the step -> us) of every step of :func:`pipeline`'s three-kernel steps."""
+    ids = d.all_tasks["task_id"]
+    picked = ids[(ids % 3).isin(list(kernels))]
+    return pd.Series([kernels[int(i) % 3] * US for i in picked], index=picked.to_numpy())
+
+
+def test_two_changes_that_overlap_gain_less_together_than_apart() -> None:
+    """12 us kernels arriving 16/26/36 us into the step: 16-28, 28-40, 40-52, sync 57.
+    The middle kernel at 2 us: 28-30, the last starts on arrival 36, ends 48, sync 53 (4 us);
+    the first at 2 us: 16-18, 26-38, 38-50, sync 55 (2 us); both: 16-18, 26-28, 36-48, sync
+    53: the launches bind the step once either runs shorter, so 4 us, not 6."""
+    d = data(pipeline(12))
+    middle, first = per_kernel(d, {1: 2}), per_kernel(d, {0: 2})
+    assert replay.gain_ns(d, (), middle) == pytest.approx(4 * US)
+    assert replay.gain_ns(d, (), first) == pytest.approx(2 * US)
+    replay.record(d, "a", (), middle)
+    replay.record(d, "b", (), first)
+    assert replay.joint_gain_ns(d, ["a", "b"]) == pytest.approx(4 * US)
+    assert replay.joint_gain_ns(d, ["a"]) == pytest.approx(4 * US)
+    assert replay.joint_gain_ns(d, []) == 0.0
+
+
+def test_combining_keeps_every_removal_and_the_shortest_duration() -> None:
+    a = replay.change([1, 2], pd.Series({3: 50.0, 4: 10.0}))
+    b = replay.change([5], pd.Series({3: 20.0, 2: 5.0}))
+    both = replay.combine([a, b])
+    assert both.drop == {1, 2, 5}
+    assert both.durations.to_dict() == {3: 20.0, 4: 10.0}  # task 2 is removed
+
+
+def test_the_joint_estimate_replays_the_fired_findings_changes_together() -> None:
+    """TransData (the middle 12 us kernel) removed: the first 16-28, the last arrives at 26
+    (the removed launch costs no host or pipeline time) and runs 28-40, sync 45: 12 us. A
+    second change runs the first and middle kernels in 2 us (alone: 16-18, 26-28, 36-48,
+    sync 53: 4 us). Together: 16-18, the last 26-38, sync 43: 14 us, less than 12 + 4."""
+    d = data(pipeline(12, middle="TransData"))
+    td = engine.run_rule("transdata_heavy", RuleContext(d, {0: d}, None))
+    assert td.status == "fired" and td.estimated_gain_us == pytest.approx(12.0)
+    second = replay.record(d, "aicpu_fallback", (), per_kernel(d, {0: 2, 1: 2}))
+    assert second == pytest.approx(4 * US)
+    other = dataclasses.replace(td, rule="aicpu_fallback", estimated_gain_us=second / US)
+    unreplayable = dataclasses.replace(td, rule="sync_in_loop", estimated_gain_us=7.0)
+    joint = gains.joint(d, [td, other, unreplayable])
+    assert joint["gain_us"] == pytest.approx(14.0)
+    assert joint["rules"] == ["transdata_heavy", "aicpu_fallback"]
+    assert joint["sum_us"] == pytest.approx(16.0)
+    assert joint["not_included"] == ["sync_in_loop"]
+    assert gains.joint(d, [unreplayable])["gain_us"] is None
+
+
+def test_the_joint_gain_is_shown_beside_the_bound_with_what_it_includes() -> None:
+    head = {
+        "joint_gain_us": 14.0,
+        "joint_gain_rules": ["transdata_heavy", "aicpu_fallback"],
+        "joint_gain_sum_us": 16.0,
+        "joint_gain_not_included": ["sync_in_loop"],
+    }
+    assert render.joint_text(head) == (
+        "; re-costed together 14.0 us/step for transdata_heavy, aicpu_fallback (replayed at "
+        "once; their single gains add up to 16.0; sync_in_loop only in the bound)"
+    )
+    assert build.joint_figure(head) == (
+        "14.0 us/step for transdata_heavy, aicpu_fallback applied together (replayed); "
+        "sync_in_loop only in the bound"
+    )
+    assert render.joint_text({"joint_gain_us": None}) == build.joint_figure({}) == ""
