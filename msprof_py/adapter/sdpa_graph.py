@@ -191,6 +191,7 @@ def _note_rng() -> int:
 
 
 def _noted_rng(seed: Any) -> torch.Tensor:
+    """The generator state the forward noted under ``seed``."""
     key = int(host_view(seed).item())
     state = _RNG_STATES.get(key)
     if state is None:
@@ -214,7 +215,7 @@ def _like_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``t`` copied into fresh memory laid out in ``like``'s dimension order (the fused op's
     output matches the query's layout, as its meta function allocates it)."""
     order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))
-    fresh = torch.empty([t.shape[d] for d in order], dtype=t.dtype)
+    fresh = torch.empty([t.shape[d] for d in order], dtype=t.dtype, device=t.device)
     inverse = [order.index(d) for d in range(like.dim())]
     return fresh.permute(inverse).copy_(t)
 
@@ -255,7 +256,7 @@ def fused_forward(
     """PrivateUse1 kernel of the fused-attention op: the host SDPA with the same mask,
     dropout, scale and GQA; FlashAttentionScore (after DropOutGenMaskV3 with dropout)."""
     with device_call(LABEL, (query, key, value)) as state:
-        rng_key = _note_rng() if dropout_p > 0.0 else 0
+        rng_key = _note_rng() if dropout_p > 0.0 and not state.meta else 0
         out_host = _host_sdpa(
             host_view(query),
             host_view(key),
@@ -303,7 +304,8 @@ def fused_backward(
     gradients, bitwise); the mask's gradient where one is asked for."""
     name = LABEL + "_backward"
     with device_call(name, ()) as state:
-        rng = _noted_rng(philox_seed) if dropout_p > 0.0 else None
+        # shapes-only mode (numerics="none"): no values, nothing to replay
+        rng = _noted_rng(philox_seed) if dropout_p > 0.0 and not state.meta else None
         leaves = [host_view(t).detach().requires_grad_(True) for t in (query, key, value)]
         want_bias = attn_bias is not None and len(grad_input_mask) > 3 and grad_input_mask[3]
         bias = _host_or_none(attn_bias)

@@ -47,3 +47,17 @@ def test_calls_eager_rejects_are_left_to_the_decomposition(npu: SimulatedNpu) ->
     assert sdpa_graph.decision(args, {**kwargs, "is_causal": True}) is None
     cpu = tuple(t.cpu() for t in args)
     assert sdpa_graph.decision(cpu, {}) is None
+
+
+def test_reduce_overhead_counts_fused_attention_as_random_only_with_dropout() -> None:
+    from msprof_py.graph.backend import _rng_ops
+
+    fused = torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default
+    graph = torch.fx.Graph()
+    q = graph.placeholder("q")
+    graph.call_function(fused, (q, q, q, None, 0.0, True))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert _rng_ops(gm) == []
+    graph.call_function(fused, (q, q, q, None, 0.1))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert _rng_ops(gm) == ["_scaled_dot_product_fused_attention_overrideable"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import math
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -102,3 +103,42 @@ def test_masked_gqa_dropout_attention_is_fused_and_bitwise_eager(npu: SimulatedN
     model_cost = bnsd_attention(B, HEADS, KV_HEADS, S, S, D, D, 1 / math.sqrt(D), 1.0, False, True)
     assert fa.cost == model_cost.cost("float16", nbytes, backward=False)
     assert fa.cost.bytes == nbytes
+
+
+_SHAPES_ONLY = """
+import torch, torch.nn.functional as F
+from torch import nn
+import msprof_py.adapter as ad
+ad.install(numerics="none")
+from msprof_py.graph.runner import compiled_graphs
+
+class A(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(32, 32)
+
+    def forward(self, x, m):
+        q = self.q(x).view(2, 8, 2, 16).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=m, dropout_p=0.2).sum()
+
+run = torch.compile(A().half().to("npu"), backend="npu")
+x = torch.randn(2, 8, 32).half().to("npu").requires_grad_()
+run(x, torch.ones(2, 1, 8, 8, dtype=torch.bool, device="npu")).backward()
+for g in compiled_graphs():
+    print(g.name, *[k.op_type for k in g.last_plan.kernels])
+"""
+
+
+@pytest.mark.slow  # a fresh process with Dynamo: ~15 s
+def test_masked_dropout_attention_in_shapes_only_mode() -> None:
+    """numerics="none": no values, no generator state to replay; the kernels are the same."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SHAPES_ONLY], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert lines["graph0_forward"].split().count("FlashAttentionScore") == 1
+    assert "DropOutGenMaskV3 FlashAttentionScoreGrad" in lines["graph0_backward"]
