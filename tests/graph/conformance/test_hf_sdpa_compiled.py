@@ -1,12 +1,14 @@
-"""A Hugging Face GPT-2 (tiny config, SDPA attention, bf16) with a padding mask, compiled with
-``backend="npu"`` on the 910B preset: every layer's attention is ONE FlashAttentionScore node
-(its gradient one FlashAttentionScoreGrad) with the padding mask as atten_mask and the
-attention dropout as keep_prob, and the training step is bitwise eager CPU's (loss and every
-gradient; the dropout draws the same numbers). Dynamo traces the model in 10-20 s: slow."""
+"""Hugging Face GPT-2 and BERT (tiny configs, SDPA attention, bf16) with a padding mask,
+compiled with ``backend="npu"`` on the 910B preset: every layer's attention is ONE
+FlashAttentionScore node (its gradient one FlashAttentionScoreGrad) with the padding mask as
+atten_mask and the attention dropout as keep_prob, and the training step is bitwise eager
+CPU's (loss and every gradient; the dropout draws the same numbers). Dynamo traces a model in
+10-20 s: slow."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -29,6 +31,17 @@ def _gpt2() -> nn.Module:
     return transformers.GPT2LMHeadModel(config).to(torch.bfloat16)
 
 
+def _bert() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=16,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.1,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    return transformers.BertForMaskedLM(config).to(torch.bfloat16)
+
+
 def _batch() -> dict[str, torch.Tensor]:
     ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
@@ -47,9 +60,12 @@ def _step(model: nn.Module, device: str, compiled: bool) -> tuple[torch.Tensor, 
 
 
 @pytest.mark.slow
-def test_gpt2_with_padding_mask_gets_flash_attention_nodes(npu: SimulatedNpu) -> None:
+@pytest.mark.parametrize("build", [_gpt2, _bert], ids=["gpt2", "bert"])
+def test_hf_model_with_padding_mask_gets_flash_attention_nodes(
+    npu: SimulatedNpu, build: Callable[[], nn.Module]
+) -> None:
     torch.manual_seed(0)
-    model = _gpt2()
+    model = build()
     cpu_loss, cpu_grads = _step(model, "cpu", compiled=False)
     npu_loss, npu_grads = _step(model, "npu", compiled=True)
     assert torch.equal(cpu_loss, npu_loss), (cpu_loss, npu_loss)
