@@ -105,6 +105,10 @@ def decision(args: tuple, kwargs: dict) -> str | None:
             "SDPA maps to FlashAttentionScore in float16/bfloat16 only (eager runs the math "
             "path)"
         )
+    if mask is not None and mask.requires_grad:
+        # the CPU's SDPA runs its math path for a mask that takes a gradient; the fused
+        # node's host forward runs below autograd and could not tell
+        return "the mask requires grad (a learnable bias): kept as torch's decomposition"
     if mask is not None and not _mask_shape_ok(mask, q, k):
         return (
             f"unsupported mask shape {list(mask.shape)}: FlashAttentionScore's atten_mask is "

@@ -61,3 +61,13 @@ def test_reduce_overhead_counts_fused_attention_as_random_only_with_dropout() ->
     graph.call_function(fused, (q, q, q, None, 0.1))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     assert _rng_ops(gm) == ["_scaled_dot_product_fused_attention_overrideable"]
+
+
+def test_a_mask_taking_a_gradient_keeps_the_decomposition(npu: SimulatedNpu) -> None:
+    """The CPU runs its math path for such a mask (other values than its flash kernel's); the
+    decomposition is that math path."""
+    (q, k, v), _ = _args(torch.float16, None)
+    bias = torch.zeros(1, 2, S, S, dtype=torch.float16, device="npu")
+    assert sdpa_graph.decision((q, k, v), {"attn_mask": bias}) == ""
+    why = sdpa_graph.decision((q, k, v), {"attn_mask": bias.requires_grad_()})
+    assert why.startswith("the mask requires grad")
