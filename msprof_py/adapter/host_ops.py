@@ -275,8 +275,8 @@ def run(hop: HostOp, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> An
     if _get_current_dispatch_mode() is not None or not all(_plain(t) for t in flat):
         from msprof_py.adapter import sdpa_graph
 
-        if op is sdpa_graph._SDPA and sdpa_graph.traced_as_fused(args, kwargs):
-            return sdpa_graph.trace_fused(args, kwargs)  # one node in a compiled graph
+        if op is sdpa_graph._SDPA:
+            return sdpa_graph.trace(args, kwargs)  # one node in a compiled graph, or a miss
         return op.decompose(*args, **kwargs)
     _check_devices(hop, op, args, kwargs)
     single = len(op._schema.returns) == 1

@@ -117,6 +117,14 @@ def _dynamic(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
     return any(_is_symbolic(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder")
 
 
+def _attention_without_dropout(node: torch.fx.Node) -> bool:
+    """A fused-attention node (tagged seeded for its dropout) that draws nothing."""
+    if node.target is not torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default:
+        return False
+    p = node.args[4] if len(node.args) > 4 else node.kwargs.get("dropout_p", 0.0)
+    return isinstance(p, (int, float)) and float(p) == 0.0
+
+
 def _rng_ops(gm: torch.fx.GraphModule) -> list[str]:
     found = []
     for node in gm.graph.nodes:
@@ -124,7 +132,7 @@ def _rng_ops(gm: torch.fx.GraphModule) -> list[str]:
         seeded = isinstance(target, torch._ops.OpOverload) and (
             torch.Tag.nondeterministic_seeded in target.tags
         )
-        if seeded:
+        if seeded and not _attention_without_dropout(node):
             found.append(str(target.overloadpacket.__name__))
     return sorted(set(found))
 

@@ -24,7 +24,15 @@ from msprof_py.adapter.backend import plan_of
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import CapturedKernel
 from msprof_py.adapter.tensors import storage_format
-from msprof_py.graph.ir import Graph, KernelSpec, Node, NodeKind, TensorSpec, ValueRef
+from msprof_py.graph.ir import (
+    Graph,
+    KernelSpec,
+    Node,
+    NodeKind,
+    PassRecord,
+    TensorSpec,
+    ValueRef,
+)
 
 #: what one FX node produced: a tensor, a sequence of outputs (None for no tensor), or a value
 Produced = TensorSpec | list | Any
@@ -206,4 +214,20 @@ def import_graph(
         elif fx.op == "output":
             tensors, _ = refs.resolve(fx.args[0])
             outputs = tuple(dict.fromkeys(tensors))
-    return Graph(name, nodes, outputs, dynamic)
+    return Graph(name, nodes, outputs, dynamic, sdpa_misses(gm, {n.name for n in nodes}))
+
+
+def sdpa_misses(gm: torch.fx.GraphModule, names: set[str]) -> tuple[PassRecord, ...]:
+    """One miss record per SDPA call traced as torch's decomposition (its nodes carry the
+    reason in their ``custom`` meta, :mod:`msprof_py.adapter.sdpa_graph`), with the IR nodes
+    (``names``) it became."""
+    from msprof_py.adapter.sdpa_graph import CALL_KEY, MISS_KEY
+    from msprof_py.graph.passes.sdpa import SDPA_PASS
+
+    calls: dict[Any, tuple[str, list[str]]] = {}
+    for fx in gm.graph.nodes:
+        custom = fx.meta.get("custom") or {}
+        if MISS_KEY in custom and fx.name in names:
+            _, members = calls.setdefault(custom.get(CALL_KEY), (custom[MISS_KEY], []))
+            members.append(fx.name)
+    return tuple(PassRecord(SDPA_PASS, tuple(m), False, r) for r, m in calls.values())

@@ -111,13 +111,15 @@ class Graph:
     """A compiled graph: nodes in topological order and the values it returns.
 
     ``dynamic`` marks a graph compiled with symbolic shapes (GE keeps those on one stream and
-    skips shape-dependent fusions).
+    skips shape-dependent fusions). ``notes``: pass records decided before the graph existed
+    (an SDPA call traced as torch's decomposition, with why it is no fused-attention node).
     """
 
     name: str
     nodes: list[Node]
     outputs: tuple[ValueRef, ...] = ()
     dynamic: bool = False
+    notes: tuple[PassRecord, ...] = ()
     _by_name: dict[str, Node] = field(init=False, repr=False)
     _consumers: dict[str, list[str]] = field(init=False, repr=False)
 

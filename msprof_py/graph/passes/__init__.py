@@ -17,7 +17,10 @@ Cleanup (always, also with ``fuse=False``; :mod:`.cleanup`):
 * ``DeadCodeEliminationPass``: ops none of whose values reaches a graph output or an
   in-place op (``copy_``, any ``foo_``) launch nothing.
 
-Pattern fusion (``fuse=True``), in this order:
+Pattern fusion (``fuse=True``), in this order (after ``SdpaFlashAttentionPass`` /
+``SdpaFlashAttentionGradPass`` (:mod:`.sdpa`), which record the SDPA calls traced as one
+fused-attention node (hits, with the FlashAttentionScore attributes) or as torch's
+decomposition (misses, with why), launching nothing new):
 
 0. ``AssignRemovePass`` (:mod:`.inplace`): the functionalized epilogue ``copy_(buffer, new)``
    of a training step (BN running mean / variance, ``num_batches_tracked``) launches nothing;
@@ -90,10 +93,12 @@ from msprof_py.graph.passes.conv_bn import bn_relu_conv, conv_batchnorm
 from msprof_py.graph.passes.inplace import assign_remove
 from msprof_py.graph.passes.matmul import matmul_epilogue
 from msprof_py.graph.passes.plan import Plan
+from msprof_py.graph.passes.sdpa import sdpa_flash_attention
 
 #: the fusion passes in the order they run (AutoFuse last)
 FUSION_PASSES: tuple[Callable[[Plan], None], ...] = (
     assign_remove,
+    sdpa_flash_attention,
     conv_batchnorm,
     bn_relu_conv,
     bn_grad_relu_grad,

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from msprof_py.device import SimulatedNpu
+from msprof_py.graph.passes.sdpa import SDPA_PASS
 from msprof_py.graph.runner import compiled_graphs
 
 
@@ -75,3 +76,7 @@ def test_fp32_sdpa_keeps_the_math_path(npu: SimulatedNpu) -> None:
     targets = {n.target for n in graph.last_plan.graph.nodes}
     assert "_scaled_dot_product_fused_attention_overrideable" not in targets
     assert "bmm" in targets
+    # fusion_result.json lists the call as a miss, with why, over the nodes it became
+    [miss] = [r for r in graph.last_plan.records if r.pass_name == SDPA_PASS]
+    assert not miss.hit and "bmm" in miss.nodes
+    assert miss.reason.startswith("float32 SDPA on Ascend910B")
