@@ -16,6 +16,7 @@ from msprof_py.analyzers import (
     batchscale,
     compute,
     copies,
+    gains,
     graphs,
     loading,
     memory,
@@ -615,6 +616,7 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
                 f"{us(step_med):.1f} us that leaves it out"
             ),
         }
+        evidence[gains.BESIDE_TIMELINE] = True  # the combined estimate leaves it out
         floor = spec.thresholds.get("min_wait_us", 0.0) * 1e3
         slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
         quiet = (share < spec.thresholds["min_share"] and not slow) or wall < floor

@@ -13,7 +13,7 @@ from analyze_helpers import Builder
 from torch.utils.data import DataLoader, Dataset
 
 import msprof_py
-from msprof_py.analyzers import analyze, context, engine, loading
+from msprof_py.analyzers import analyze, context, engine, gains, loading
 from msprof_py.analyzers.findings import FIRED, OK
 from msprof_py.analyzers.rules_compute import RuleContext
 from msprof_py.exporters.ascend_pt import export_ascend_pt
@@ -55,6 +55,9 @@ def test_the_idle_a_measured_wait_causes_is_the_wait_less_the_device_backlog() -
     assert "measured wall time on this host" in f.message and "100.0 us" in f.message
     assert "num_workers=0" in f.advice and "persistent_workers=True" in f.advice
     assert "measured on this host" in f.gain_basis
+    # outside the modelled step: the combined (step-bounded) estimate leaves it out
+    per_step = {"step": 100.0, "computing": 60.0, "communication": 0.0, "free": 40.0}
+    assert gains.combined([f], per_step)["estimated_gain_us"] == 0.0
 
 
 def test_nested_loading_ranges_count_once_and_short_waits_are_ok() -> None:
