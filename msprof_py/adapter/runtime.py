@@ -28,7 +28,10 @@ class AdapterState:
     """Everything the backend needs per op: the device, the modes, the current stream.
 
     With ``host_time="measured"`` the real time the application spent between two device
-    calls (excluding the adapter's own work) is added to the simulated host clock.
+    calls is added to the simulated host clock. Left out of it: the adapter's and the
+    recorder's own work inside each call (between :meth:`enter` and :meth:`leave`) and the
+    profiler hooks' work outside calls that :meth:`discount` is told of (module-path and
+    step hooks, record_function ranges); :attr:`discounted_ns` sums the latter.
     """
 
     settings: Settings
@@ -51,6 +54,8 @@ class AdapterState:
     #: ``torch.npu.config.allow_internal_format``: convolutions keep NPU-private formats
     #: (:mod:`msprof_py.adapter.npu_config`)
     internal_format: bool = field(init=False, default=True)
+    #: measured host time: the profiler hooks' own time left out of the application's
+    discounted_ns: int = field(init=False, default=0)
     _op_open: bool = field(init=False, default=False)
     _outside_since: int = field(init=False, default=0)
     _depth: int = field(init=False, default=0)
@@ -76,6 +81,25 @@ class AdapterState:
                 self.observer.op_begin(name, args)
                 self._op_open = True
         self._depth += 1
+
+    def catch_up(self) -> None:
+        """Measured host time: charge the application's time since the last device call now,
+        so that a range that begins or ends here (an annotation) spans the real time in it.
+        Nothing in modelled mode or inside a device call."""
+        if self.measured and self._depth == 0:
+            now = time.perf_counter_ns()
+            self.npu.engine.advance_host(max(0, now - self._outside_since), "python")
+            self._outside_since = now
+
+    def discount(self, since: int) -> None:
+        """Measured host time: the profiler's own work from ``since`` (``perf_counter_ns``) to
+        now is not the application's; leave it out of the next charge (the part after the
+        last device call, which already ended the charged time)."""
+        if self.measured and self._depth == 0:
+            now = time.perf_counter_ns()
+            spent = max(0, now - max(since, self._outside_since))
+            self._outside_since += spent
+            self.discounted_ns += spent
 
     def leave(self) -> None:
         """The device call returned to the application."""

@@ -113,6 +113,9 @@ class RankData:
     graphs: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     graph_passes: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
     graph_kernels: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
+    #: real wall time of the data-loading ranges measured on the recording host (the
+    #: profile's ``measured_waits``, whole recording): never part of the timeline
+    measured_waits: pd.DataFrame = field(default_factory=pd.DataFrame, repr=False)
 
     @property
     def n_steps(self) -> int:
@@ -506,4 +509,5 @@ def prepare(
         graphs=one.graphs,
         graph_passes=one.graph_passes,
         graph_kernels=one.graph_kernels,
+        measured_waits=one.measured_waits,
     )

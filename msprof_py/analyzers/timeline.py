@@ -37,8 +37,6 @@ free_ns`` in every step.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
@@ -46,8 +44,9 @@ from msprof_py.analyzers import intervals
 from msprof_py.analyzers.context import COLLECTIVE, KERNEL, RankData, share_of
 from msprof_py.analyzers.ops import WORK_KINDS
 from msprof_py.analyzers.syncs import QUEUE_FULL
+from msprof_py.profile import schema
 
-DATA_LOADING = re.compile(r"dataloader|data[ _]?load", re.IGNORECASE)
+DATA_LOADING = schema.DATA_LOADING  # data-loading ranges (their wall time: measured_waits)
 #: the host-side causes of idle gaps, then the device-side cause of copy-only free time
 CAUSES = ("data loading", "synchronisation", "host-bound dispatch", "other host work")
 COPIES = "copies"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from msprof_py.adapter import runtime, steps
-from msprof_py.collectors.session import active_session
+from msprof_py.collectors.session import range_begin, range_end
 
 
 def step() -> None:
@@ -17,13 +17,11 @@ def step() -> None:
 
 @contextmanager
 def annotate(name: str) -> Iterator[None]:
-    """Record the enclosed code as a named host range on the timeline."""
-    state = runtime.STATE
-    start = state.npu.engine.host_ns if state is not None else 0
-    session = active_session()
-    step = session.recorder.step if session is not None and session.recorder else None
+    """Record the enclosed code as a named host range on the timeline. A data-loading range
+    (``annotate("data loading")``) also has its real wall time measured, beside the timeline
+    (the profile's ``measured_waits``), in both host-time modes."""
+    opened = range_begin(name)
     try:
         yield
     finally:
-        if state is not None and session is not None and session.recorder is not None:
-            session.recorder.annotation(name, start, state.npu.engine.host_ns, step)
+        range_end(name, opened)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -173,6 +174,12 @@ class Recorder:
         #: the modules running now (the session's module hooks keep it)
         self.modules = ModuleStack()
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
+        #: the real wall clock (``perf_counter_ns``) when recording began: measured waits
+        #: count from it
+        self.wall_origin = time.perf_counter_ns()
+        #: write measured waits (not in deterministic runs: their raw tables are
+        #: byte-identical from run to run, and a wall-clock figure never is)
+        self.measure_waits = not logical_threads
         self.finished = not self.recording and iteration == 0
         self.tasks_recorded = 0
         #: graph plans recorded (``graphs.plan_id``) and the graphs planned so far
@@ -312,32 +319,51 @@ class Recorder:
             ),
         )
 
-    def annotation(self, name: str, start: int, end: int, step: int | None = None) -> None:
-        """A user range (``msprof_py.annotate``, ``record_function``), in the step it began."""
-        if self.recording:
-            event_id = self._next_event
-            self._next_event += 1
-            self.writer.append(
-                "host_events",
-                (
-                    event_id,
-                    "annotation",
-                    name,
-                    start,
-                    end,
-                    self._thread(),
-                    -1,
-                    NO_ID,
-                    NO_ID,
-                    self.step if step is None else step,
-                    "",
-                    "",
-                    self.modules.class_path,
-                    NO_ID,
-                    self.modules.instance_path,
-                    "",
-                ),
+    def annotation(self, name: str, start: int, end: int, step: int | None = None) -> int | None:
+        """A user range (``msprof_py.annotate``, ``record_function``), in the step it began;
+        returns its event id (None when nothing is recorded now)."""
+        if not self.recording:
+            return None
+        event_id = self._next_event
+        self._next_event += 1
+        self.writer.append(
+            "host_events",
+            (
+                event_id,
+                "annotation",
+                name,
+                start,
+                end,
+                self._thread(),
+                -1,
+                NO_ID,
+                NO_ID,
+                self.step if step is None else step,
+                "",
+                "",
+                self.modules.class_path,
+                NO_ID,
+                self.modules.instance_path,
+                "",
+            ),
+        )
+        return event_id
+
+    def measured_wait(
+        self, event_id: int, name: str, began: int, wall_ns: int, step: int | None
+    ) -> None:
+        """The real wall time of data-loading range ``event_id`` (an annotation) that began
+        at ``began`` (``perf_counter_ns``), measured on this host: written beside the timeline
+        (``measured_waits``), never into it."""
+        if self.recording and self.measure_waits:
+            row = (
+                event_id,
+                name,
+                began - self.wall_origin,
+                max(0, int(wall_ns)),
+                self.step if step is None else step,
             )
+            self.writer.append("measured_waits", row)
 
     # ---- device records (bus subscriber) ------------------------------------------------
 

@@ -37,7 +37,7 @@ from msprof_py.adapter import runtime, steps
 from msprof_py.collectors import orphans
 from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
-from msprof_py.profile.schema import FORMAT_VERSION, RAW_DIR
+from msprof_py.profile.schema import DATA_LOADING, FORMAT_VERSION, RAW_DIR
 from msprof_py.profile.writer import RawWriter
 
 #: environment variable through which the launcher hands the config to the bootstrap
@@ -142,6 +142,7 @@ class Session:
         self._hooks: list[Any] = []
         self._restore: list[Any] = []  # undo the patches of the hooks (in-process mode)
         self._last_sigint = -SIGINT_REPEAT_S
+        self._discounted_from = 0
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -198,6 +199,7 @@ class Session:
             steps_from=cfg.steps_from,
             with_stack=cfg.with_stack,
         )
+        self._discounted_from = runtime.state().discounted_ns
         self.recorder.on_finished = self._detach  # the window is over: stop paying
         self.recorder._step_start = engine.host_ns  # the first step starts now
         npu.subscribe(self.recorder)
@@ -270,6 +272,10 @@ class Session:
             device_end_ns=max((s.tail_ns for s in engine.streams.values()), default=0),
             steps_seen=recorder.step,
         )
+        if self.config.host_time == "measured":
+            # the profiler hooks' own time, measured and left out of the Python time
+            spent = runtime.state().discounted_ns - self._discounted_from
+            self.writer.meta["profiler_hooks_ns"] = spent
         self.writer.flush()
         if not self.writer.folder.exists() and 0 < recorder.step <= self.config.warmup:
             # --warmup skipped every step the script ran: keep the metadata (no rows), so the
@@ -393,17 +399,27 @@ class Session:
 
         is_compiling = torch.compiler.is_compiling
 
+        # measured host time: the hooks' own time is the profiler's, not the application's
+        measured = self.config.host_time == "measured"
+        clock = time.perf_counter_ns
+
         def enter_module(module: Any, args: Any) -> None:
             # Dynamo traces global hooks into the graphs it compiles: a hook that did anything
             # there would add guards (and a recompile) to the user's graph
             if is_compiling():
                 return
+            since = clock() if measured else 0
             # a compiled module's wrapper stands for the module it compiled
             recorder.modules.push(module._orig_mod if _is_compiled_wrapper(module) else module)
+            if measured and runtime.STATE is not None:
+                runtime.STATE.discount(since)
 
         def leave_module(module: Any, args: Any, output: Any) -> None:
             if not is_compiling():
+                since = clock() if measured else 0
                 recorder.modules.pop()
+                if measured and runtime.STATE is not None:
+                    runtime.STATE.discount(since)
 
         # torch.compile(module) warns that global module hooks fire once more for the
         # OptimizedModule wrapper: it enters the module it compiled, whose own hook (when
@@ -498,7 +514,9 @@ def set_active_session(session: Session | None) -> Session | None:
 
 
 def _patch_record_function() -> None:
-    """``torch.profiler.record_function`` ranges become annotations."""
+    """``torch.profiler.record_function`` ranges become annotations; a data-loading range's
+    (the DataLoader iterator's ``__next__``) real wall time also goes to ``measured_waits``,
+    beside the timeline (see :func:`range_begin`)."""
     from torch.autograd import profiler as autograd_profiler
 
     cls = autograd_profiler.record_function
@@ -507,29 +525,62 @@ def _patch_record_function() -> None:
     enter, exit_ = cls.__enter__, cls.__exit__
 
     def patched_enter(self: Any) -> Any:
-        state = runtime.STATE
-        self._msprof_start = state.npu.engine.host_ns if state is not None else 0
-        session = _ACTIVE
-        recorder = session.recorder if session is not None else None
-        self._msprof_step = recorder.step if recorder is not None else None
+        self._msprof_range = range_begin(self.name)
         return enter(self)
 
     def patched_exit(self: Any, *exc: Any) -> Any:
         result = exit_(self, *exc)
-        session = _ACTIVE
-        if session is not None and session.recorder is not None and runtime.STATE is not None:
-            now = runtime.STATE.npu.engine.host_ns
-            session.recorder.annotation(
-                self.name,
-                getattr(self, "_msprof_start", now),
-                now,
-                getattr(self, "_msprof_step", None),
-            )
+        opened = getattr(self, "_msprof_range", None)
+        if opened is not None:
+            range_end(self.name, opened)
         return result
 
     cls.__enter__ = patched_enter
     cls.__exit__ = patched_exit
     cls._msprof_patched = True
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRange:
+    """A range as it began: host clock, recorder step, and for a data-loading range the real
+    wall clock (``perf_counter_ns``; None for other ranges)."""
+
+    host_ns: int
+    step: int | None
+    wall_ns: int | None
+
+
+def range_begin(name: str) -> OpenRange:
+    """A user or torch range (``record_function``, ``msprof_py.annotate``) begins. With
+    measured host time the application's time so far is charged first (the range then spans
+    the real time in it); a data-loading range's wall clock is read in both modes."""
+    state = runtime.STATE
+    if state is not None:
+        state.catch_up()
+    session = _ACTIVE
+    recorder = session.recorder if session is not None else None
+    wall = time.perf_counter_ns() if DATA_LOADING.search(name) else None
+    return OpenRange(
+        state.npu.engine.host_ns if state is not None else 0,
+        recorder.step if recorder is not None else None,
+        wall,
+    )
+
+
+def range_end(name: str, opened: OpenRange) -> None:
+    """The range ``opened`` ends: its annotation (host clock: modelled or measured as the
+    run's host time) and, for a data-loading range, its measured wall time beside it."""
+    ended = time.perf_counter_ns()
+    state = runtime.STATE
+    session = _ACTIVE
+    if session is None or session.recorder is None or state is None:
+        return
+    state.catch_up()
+    recorder = session.recorder
+    event_id = recorder.annotation(name, opened.host_ns, state.npu.engine.host_ns, opened.step)
+    if event_id is not None and opened.wall_ns is not None:
+        recorder.measured_wait(event_id, name, opened.wall_ns, ended - opened.wall_ns, opened.step)
+    state.discount(ended)  # writing the rows is the profiler's time, not the application's
 
 
 #: GradScaler methods recorded as ``GradScaler.<name>`` annotations (the analysis tells the

@@ -109,6 +109,12 @@ class Profile:
         """The kernels each graph plan launches."""
         return self.table("graph_kernels")
 
+    @property
+    def measured_waits(self) -> pd.DataFrame:
+        """Real wall time of the data-loading ranges, measured on the recording host and kept
+        out of the timeline (empty for older and imported profiles)."""
+        return self.table("measured_waits")
+
     def thread_names(self, rank: int) -> dict[int, str]:
         """The name of each host thread of ``rank`` that recorded something (``MainThread``,
         ``pt_autograd_0`` ...), by its ``host_events.thread`` value; empty for a profile

@@ -174,6 +174,7 @@ KEYS: dict[str, Callable[[Any], str | None]] = {
     "host_end_ns": _int(),
     "device_end_ns": _int(),
     "steps_seen": _int(),
+    "profiler_hooks_ns": _int(),
     "recording_error": _str,
     "rows": _rows,
     "parts": _parts,

@@ -8,6 +8,7 @@ Exporters map these names to foreign formats (Ascend CSV headers, Chrome trace f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -241,11 +242,50 @@ GRAPH_KERNELS = Table(
     ("plan_id", "graph", "index", "name"),
 )
 
+#: names of data-loading ranges (torch's ``enumerate(DataLoader)#...__next__``, a user's
+#: ``msprof_py.annotate("data loading")``): their real wall time goes to ``measured_waits``
+DATA_LOADING = re.compile(r"dataloader|data[ _]?load", re.IGNORECASE)
+
+MEASURED_WAITS = Table(
+    "measured_waits",
+    "Real wall time measured on the recording host (perf_counter), kept OUT of the timeline: "
+    "what the loop waited in each data-loading range (DataLoader iterator __next__, "
+    "msprof_py.annotate('data loading')). With host_time=modeled the timeline gives these "
+    "ranges no length; no timeline figure, export, gate or diff reads this table, so two runs "
+    "whose loaders take different real times keep identical timelines.",
+    (
+        Column("event_id", _I64, "host_events.event_id of the range's annotation"),
+        Column("name", _STR, "the range's name, as in host_events"),
+        Column(
+            "wall_start_ns",
+            _I64,
+            "real wall clock when the range began, ns since the recording started (tells "
+            "nested ranges apart; never a timeline time)",
+        ),
+        Column("wall_ns", _I64, "real wall time from entering the range to leaving it"),
+        Column("step", _I32, "training step the range began in, or -1"),
+    ),
+    ("event_id", "name", "wall_ns", "step"),
+)
+
 TABLES: dict[str, Table] = {
-    t.name: t for t in (TASKS, HOST_EVENTS, MEMORY, STEPS, GRAPHS, GRAPH_PASSES, GRAPH_KERNELS)
+    t.name: t
+    for t in (
+        TASKS,
+        HOST_EVENTS,
+        MEMORY,
+        STEPS,
+        GRAPHS,
+        GRAPH_PASSES,
+        GRAPH_KERNELS,
+        MEASURED_WAITS,
+    )
 }
 #: tables written only by graph mode: a profile without them (older, or eager) reads them empty
 GRAPH_TABLES = ("graphs", "graph_passes", "graph_kernels")
+#: tables of measured (non-deterministic) host figures beside the timeline; a profile without
+#: them (older, imported) reads them empty
+MEASURED_TABLES = ("measured_waits",)
 
 
 def default_row(table: str) -> dict[str, object]:

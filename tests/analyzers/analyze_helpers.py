@@ -42,6 +42,7 @@ class Builder:
         self.graphs: list[dict[str, Any]] = []
         self.graph_passes: list[dict[str, Any]] = []
         self.graph_kernels: list[dict[str, Any]] = []
+        self.measured_waits: list[dict[str, Any]] = []
 
     # ---- rows -----------------------------------------------------------------------------
 
@@ -152,6 +153,14 @@ class Builder:
         )
         return op_id
 
+    def wait(self, event_id: int, wall_ns: int, step: int = 0, wall_start_ns: int = 0) -> None:
+        """A measured data-loading wait of annotation ``event_id`` (beside the timeline)."""
+        name = next(str(h["name"]) for h in self.host if h["event_id"] == event_id)
+        self.measured_waits.append(
+            {"event_id": event_id, "name": name, "wall_start_ns": wall_start_ns}
+            | {"wall_ns": wall_ns, "step": step}
+        )
+
     def mem(self, t: int, allocated: int, reserved: int, **cols: Any) -> None:
         self.memory.append(
             _MEMORY
@@ -170,6 +179,7 @@ class Builder:
             "graphs": self.graphs,
             "graph_passes": self.graph_passes,
             "graph_kernels": self.graph_kernels,
+            "measured_waits": self.measured_waits,
         }
         out = {}
         for name, table in TABLES.items():
