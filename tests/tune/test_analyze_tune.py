@@ -50,7 +50,8 @@ def test_analyze_tune_batch_reports_the_measured_batch(tmp_path: Path) -> None:
     assert finding["status"] == "fired" and ev["best"] == 4
     trials = {t["batch"]: t for t in ev["tuner"]["trials"]}
     assert sorted(trials) == [2, 4, 5, 6, 8] and trials[8]["error"] == "out of memory"
-    assert trials[4]["peak_gib"] * 1024 == pytest.approx(22) and trials[6]["share"] == pytest.approx(0.84)
+    assert trials[4]["peak_gib"] * 1024 == pytest.approx(22)
+    assert trials[6]["share"] == pytest.approx(0.84)
     assert "peak 22.0 MiB, 44.0% of the device" in finding["message"]
     assert ev["throughput"] == pytest.approx(trials[4]["samples_per_s"])
     assert ev["throughput_now"] == pytest.approx(trials[2]["samples_per_s"])
