@@ -33,6 +33,7 @@ def _run(model, rows: int) -> torch.Tensor:
         return model(x)
 
 
+@pytest.mark.slow  # a Dynamo compile: seconds
 def test_gears_compile_once_and_run_static_plans(npu: SimulatedNpu, log: TaskLog) -> None:
     compiled = torch.compile(mlp().to("npu"), backend="npu", dynamic=True)
     for rows in (2, 4, 6, 4):
@@ -49,7 +50,7 @@ def test_gears_compile_once_and_run_static_plans(npu: SimulatedNpu, log: TaskLog
     assert "\n" not in str(exc.value) and "dim 0 = 5" in str(exc.value)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a Dynamo compile: seconds
 def test_without_gears_each_new_size_compiles(npu: SimulatedNpu, log: TaskLog) -> None:
     compiled = torch.compile(mlp().to("npu"), backend="npu", dynamic=True)
     for rows in (3, 4, 6):
