@@ -23,8 +23,10 @@ every step compiles nothing [U]. Kernels captured into a graph are compiled with
 
 The cache costs one set lookup per launch (the backend asks it only once per kernel-cost entry
 and attribute tuple, see :attr:`CompileCache.epoch`); it lives with the device for the whole
-process, as the in-memory op cache of a torch_npu process does (no on-disk cache across runs), and
-each in-process recording (``msprof_py.record``) starts with it empty, as a fresh process. Past
+process, as the in-memory op cache of a torch_npu process does, and each in-process recording
+(``msprof_py.record``) starts with it empty, as a fresh process. Across runs, ACL's on-disk
+cache (:mod:`msprof_py.adapter.op_disk_cache`, when ``ACL_OP_COMPILER_CACHE_DIR`` names a
+folder) spares jit mode the online compile of a key an earlier run compiled. Past
 ``KEY_LIMIT`` keys it is emptied (memory safety only: a run that far is compiling anyway).
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 
 import torch
 
+from msprof_py.adapter.op_disk_cache import DiskCache
 from msprof_py.device.engine import Engine
 from msprof_py.device.spec import CompileSpec
 
@@ -68,6 +71,8 @@ class CacheStats:
     #: host time they cost
     compile_ns: int
     tiling_ns: int
+    #: keys the on-disk cache held (jit mode: no online compile)
+    disk_hits: int = 0
 
 
 class CompileCache:
@@ -77,6 +82,8 @@ class CompileCache:
         "attrs",
         "compile_ns",
         "compiles",
+        "disk",
+        "disk_hits",
         "epoch",
         "jit",
         "keys",
@@ -85,8 +92,11 @@ class CompileCache:
         "tilings",
     )
 
-    def __init__(self, spec: CompileSpec) -> None:
+    def __init__(self, spec: CompileSpec, disk: DiskCache | None = None) -> None:
         self.spec = spec
+        #: ACL's on-disk op cache (None: none named)
+        self.disk = disk
+        self.disk_hits = 0
         self.keys: set[tuple] = set()
         self.jit = spec.jit_compile
         #: task attributes of the kernels launched now (their OP State)
@@ -106,7 +116,7 @@ class CompileCache:
         """Forget every key and the counters (the mode stays)."""
         self.keys.clear()
         self.epoch = next(_EPOCHS)
-        self.compiles = self.tilings = self.compile_ns = self.tiling_ns = 0
+        self.compiles = self.tilings = self.compile_ns = self.tiling_ns = self.disk_hits = 0
 
     def stats(self) -> CacheStats:
         """The counters now."""
@@ -117,6 +127,7 @@ class CompileCache:
             self.tilings,
             self.compile_ns,
             self.tiling_ns,
+            self.disk_hits,
         )
 
     def miss(self, engine: Engine, key: tuple, op_types: Iterable[str]) -> None:
@@ -125,6 +136,12 @@ class CompileCache:
             self.keys.clear()
             self.epoch = next(_EPOCHS)
         self.keys.add(key)
+        disk = self.disk
+        if self.jit and disk is not None:
+            if disk.lookup(key):  # compiled by an earlier run: loaded, not compiled
+                self.disk_hits += 1
+                return
+            disk.store(key)
         if self.jit:
             cost, prefix = self.spec.online_compile_ns, COMPILE_PREFIX
         else:

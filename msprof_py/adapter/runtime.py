@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from msprof_py.adapter import op_disk_cache
 from msprof_py.adapter.compile_cache import CompileCache
 from msprof_py.device import SimulatedNpu, Stream
 from msprof_py.device.costmodel import KernelCost
@@ -62,7 +63,8 @@ class AdapterState:
 
     def __post_init__(self) -> None:
         self.stream = self.npu.engine.default_stream
-        self.compiled = CompileCache(self.npu.spec.compile)
+        disk = op_disk_cache.from_env(self.npu.spec.soc_version)
+        self.compiled = CompileCache(self.npu.spec.compile, disk)
         self.measured = self.settings.host_time == "measured"
         self.meta = self.settings.numerics == "none"
         self.fast = self.settings.numerics == "fast"

@@ -7,6 +7,7 @@ ranks. Times are integer nanoseconds in the tables and microseconds per step in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ def analyze(
     warmup: int | None = None,
     batch_size: int | None = None,
     keep_outliers: bool = False,
+    tuner: Callable[[Any], Any] | None = None,
 ) -> Analysis:
     """Analyse a profile (or the path of one): tables for ``rank`` (all ranks when None) and the
     findings of ``rank`` (the first rank when None) plus the cluster rules.
@@ -180,7 +182,9 @@ def analyze(
     first step when the recording starts at the process's first step and holds two or
     more). Outlier steps (more than 3x the median step time) are left out of the analysed
     steps and listed in ``profile["outlier_steps"]``, unless ``keep_outliers``.
-    ``batch_size``: the batch size, when it cannot be inferred.
+    ``batch_size``: the batch size, when it cannot be inferred. ``tuner``: runs the auto
+    batch tuner for the batch-size finding (:func:`msprof_py.analyzers.batchtune.run`, what
+    ``msprof analyze --tune-batch`` passes); without it the finding estimates.
     """
     loaded_here = not isinstance(profile, Profile)
     if loaded_here:
@@ -200,7 +204,7 @@ def analyze(
     def each(fn: Any, *args: Any) -> pd.DataFrame:
         return _concat([fn(d, *args) for d in data])
 
-    ctx = RuleContext(focus, per_rank, batch_size)
+    ctx = RuleContext(focus, per_rank, batch_size, tuner)
     findings = engine.run(ctx)
     cluster = communication.ranks(per_rank)
     return Analysis(

@@ -5,6 +5,7 @@
     msprof analyze DIR --json > analysis.json                     # schema: analyzers/schema.py
     msprof analyze DIR --csv analysis/                            # one CSV per table
     msprof analyze DIR --folded-stacks out.folded                 # flame graph input
+    msprof analyze DIR --tune-batch                               # batch finding: measured
 
 Bad input (a missing folder, a folder without a profile, an unknown rank) is one line on
 stderr and exit code 2.
@@ -76,6 +77,12 @@ warmup_option = click.option(
     is_flag=True,
     help="Keep outlier steps (more than 3x the median step) in the per-step figures.",
 )
+@click.option(
+    "--tune-batch",
+    is_flag=True,
+    help="For the batch-size finding, run the auto batch tuner (msprof tune-batch) on the "
+    "recorded script: one shapes-only run per batch tried (slow).",
+)
 def analyze(
     directory: Path,
     top: int,
@@ -87,6 +94,7 @@ def analyze(
     warmup: int | None,
     batch_size: int | None,
     keep_outliers: bool,
+    tune_batch: bool,
 ) -> None:
     """Analyse the profile in DIR: headline numbers, tables and findings in priority order."""
     from msprof_py.analyzers.api import analyze as run_analysis
@@ -105,6 +113,7 @@ def analyze(
             warmup=warmup,
             batch_size=batch_size,
             keep_outliers=keep_outliers,
+            tuner=_run_tuner if tune_batch else None,
         )
     except ProfileError as exc:
         raise AnalyzeError(str(exc)) from None
@@ -127,6 +136,16 @@ def analyze(
     from msprof_py.analyzers.render import render
 
     render(result, top=top)
+
+
+def _run_tuner(req: object) -> object:
+    """``--tune-batch``: run the tuner for the batch-size finding, its trials on stderr."""
+    from msprof_py.analyzers import batchtune
+    from msprof_py.tune.command import print_trial
+
+    assert isinstance(req, batchtune.TuneRequest)
+    click.echo(f"msprof analyze: tuning the batch: {req.command()}", err=True)
+    return batchtune.run(req, progress=print_trial)
 
 
 def _write_folded(result: object, path: Path) -> None:

@@ -6,6 +6,7 @@ it raises :class:`Skip` naming the data it lacks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,10 @@ class RuleContext:
     data: RankData
     per_rank: dict[int, RankData]
     batch_size: int | None = None
+    #: runs the auto batch tuner for the batch-size finding (``msprof analyze --tune-batch``;
+    #: :func:`msprof_py.analyzers.batchtune.run`); None: the finding estimates and names the
+    #: tuner's command
+    tuner: Callable[[Any], Any] | None = None
 
 
 def need_spec(data: RankData) -> None:

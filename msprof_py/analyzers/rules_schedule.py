@@ -14,6 +14,7 @@ import pandas as pd
 
 from msprof_py.analyzers import (
     batchscale,
+    batchtune,
     compute,
     copies,
     gains,
@@ -440,7 +441,10 @@ def sync_in_loop(ctx: RuleContext, spec: RuleSpec) -> Finding:
 def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     """The device is idle most of the step and memory allows a larger batch: the largest batch
     that keeps peak memory within ``memory_limit`` of the device (capped at ``max_batch``),
-    with the throughput it models."""
+    with the throughput it models. With a tuner (``msprof analyze --tune-batch``) the batch,
+    its memory and throughput are the auto batch tuner's measurements of the recorded script;
+    without one they are estimated from the recorded memory and the finding names the
+    ``msprof tune-batch`` command that measures them."""
     data = ctx.data
     need_tasks(data)
     util = compute.utilisation(data)
@@ -455,22 +459,31 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     cap = int(spec.thresholds.get("max_batch", 256))
     mem = memory.summary(data, ctx.batch_size, limit)
     batch, scale = mem.get("batch_size"), mem.get("max_batch_scale")
+    req = None
+    if batch:
+        granularity = int(spec.thresholds.get("tune_granularity", 1))
+        req = batchtune.request(
+            data.meta, batch, max_batch=cap, limit=limit, granularity=granularity
+        )
+    evidence: dict[str, Any] = {
+        "utilisation": u,
+        "batch_size": batch,
+        "batch_size_source": mem.get("batch_size_source"),
+        "max_batch": cap,
+        "memory_limit": limit,
+        "cube_utilisation": float(util["cube_busy_ns"].sum() / step) if step else 0.0,
+        "vector_utilisation": float(util["vector_busy_ns"].sum() / step) if step else 0.0,
+        "tune_command": req.command() if req else None,
+    }
+    if batch and req is not None and ctx.tuner is not None:
+        return _tuned_batch(ctx, spec, req, u, evidence)
     if scale is None:
         raise Skip(_no_batch_scale(data, mem))
     if not batch:
         raise Skip("the batch size is unknown (no host-to-device input copy; pass --batch-size)")
     fits = math.floor(batch * scale)
     best = min(cap, fits)
-    evidence = {
-        "utilisation": u,
-        "batch_size": batch,
-        "batch_size_source": mem.get("batch_size_source"),
-        "largest_batch_in_memory": fits,
-        "max_batch": cap,
-        "memory_limit": limit,
-        "cube_utilisation": float(util["cube_busy_ns"].sum() / step) if step else 0.0,
-        "vector_utilisation": float(util["vector_busy_ns"].sum() / step) if step else 0.0,
-    }
+    evidence["largest_batch_in_memory"] = fits
     if best <= batch:
         why = "at the cap" if batch >= cap else "no larger batch fits in memory"
         return spec.ok(data.rank, {**evidence, "why": why})
@@ -480,21 +493,93 @@ def low_utilisation(ctx: RuleContext, spec: RuleSpec) -> Finding:
     evidence["device_work_growth"] = growth
     new_step = max(per_step, growth * busy_step)  # device work re-costed, host time stays
     now, then = batch / per_step * 1e9, best / new_step * 1e9
+    if req is not None:
+        tune = f"; `{req.command()}` measures the largest that fits"
+    else:
+        tune = (
+            '; `msprof tune-batch --application="python train.py ..."` measures the '
+            "largest that fits (the profile records no script command to rerun)"
+        )
     values = {
         "utilisation": u,
         "batch": batch,
         "best": best,
         "limit": limit,
         "capped": f" (capped at {cap})" if fits > cap else "",
+        "basis": "estimated from the recorded memory, device work re-costed",
         "step_us": us(new_step),
         "throughput": then,
         "throughput_now": now,
         "speedup": then / now,
+        "tune": tune,
     }
     gain = per_step - new_step / k  # step time per current batch of samples
     evidence.update(modelled_step_us=us(new_step), modelled_throughput=then)
     evidence["apply"] = {"batch_size": best}
     return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
+
+
+def _tuned_batch(
+    ctx: RuleContext,
+    spec: RuleSpec,
+    req: batchtune.TuneRequest,
+    u: float,
+    evidence: dict[str, Any],
+) -> Finding:
+    """The batch-size finding from the auto batch tuner's measurements (see
+    :func:`low_utilisation`): the largest batch it measured within the limit, its peak
+    memory, and the modelled throughput of its step against the current batch's."""
+    data = ctx.data
+    assert ctx.tuner is not None
+    result = ctx.tuner(req)
+    evidence["tuner"] = {"best": result.best, "trials": result.table()}
+    evidence["largest_batch_in_memory"] = result.best
+    batch, best = req.batch, result.best
+    at_now, at_best = batchtune.trial_at(result, batch), batchtune.trial_at(result, best)
+    if best <= batch or at_now is None or at_best is None:
+        if not best:
+            why = f"the tuner: batch {batch} already exceeds {req.limit:.0%} of device memory"
+        elif batch >= req.max_batch:
+            why = "at the cap"
+        else:
+            why = "the tuner: no larger batch fits in memory"
+        return spec.ok(data.rank, {**evidence, "why": why})
+    if at_now.step_ns <= 0 or at_best.step_ns <= 0:
+        raise Skip("the tuner's runs recorded no step (the script marks no training step)")
+    then, now = at_best.samples_per_s, at_now.samples_per_s
+    values = {
+        "utilisation": u,
+        "batch": batch,
+        "best": best,
+        "limit": req.limit,
+        "capped": f" (capped at {req.max_batch})" if result.capped else "",
+        "basis": (
+            f"measured by the auto batch tuner: peak {_size(at_best.peak_bytes)}, "
+            f"{at_best.share:.1%} of the device"
+        ),
+        "step_us": us(at_best.step_ns),
+        "throughput": then,
+        "throughput_now": now,
+        "speedup": then / now,
+        "tune": (
+            f" The auto batch tuner measured this in {len(result.trials)} shapes-only runs of "
+            "the script."
+        ),
+    }
+    gain = at_now.step_ns - at_best.step_ns * batch / best
+    evidence.update(
+        modelled_step_us=us(at_best.step_ns),
+        modelled_throughput=then,
+        peak_gib=at_best.peak_bytes / GIB,
+        peak_share=at_best.share,
+    )
+    evidence["apply"] = {"batch_size": best}
+    return spec.fire(values, 1.0 - u, us(gain), data.rank, evidence)
+
+
+def _size(nbytes: int) -> str:
+    """Bytes as GiB, or MiB below one GiB."""
+    return f"{nbytes / GIB:,.2f} GiB" if nbytes >= GIB else f"{nbytes / MIB:,.1f} MiB"
 
 
 def _no_batch_scale(data: RankData, mem: dict) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import shlex
 import sys
 import warnings
 from dataclasses import dataclass
@@ -129,7 +130,7 @@ class ProfileRun:
             ascendcl=o.ascendcl,
             with_stack=o.with_stack,
             deterministic=o.deterministic,
-            command=" ".join(self.application),
+            command=shlex.join(self.application),
             export=False,
         )
         try:

@@ -156,6 +156,8 @@ class Session:
             "format_version": FORMAT_VERSION,
             "status": self.status,
             "command": cfg.command or " ".join(sys.argv),
+            # where the command ran (a relative script path resolves from here)
+            "cwd": os.getcwd(),
             "device": npu.spec.name,
             "device_origin": npu.spec.origin,
             # the spec itself: readers rebuild it from here, never from a path

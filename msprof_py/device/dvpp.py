@@ -241,15 +241,25 @@ class Dvpp:
     """The DVPP engines of one simulated device: submits JPEGD and VPC tasks to its engine.
 
     The channels are engine pools (``"jpegd"``, ``"vpc"``), so tasks on several streams share
-    them as tasks share AI Cores."""
+    them as tasks share AI Cores. :attr:`stream` is the DVPP's own queue (the media engines
+    are hardware apart from the AI Cores): work submitted there runs alongside the compute
+    streams, ordered against them only by the events its callers record and wait for."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.spec = dvpp_spec(engine.spec)
+        self._stream: Stream | None = None
         if self.spec.jpegd:
             engine.add_pool("jpegd", self.spec.jpegd_channels)
         if self.spec.has_vpc:
             engine.add_pool("vpc", self.spec.vpc_channels)
+
+    @property
+    def stream(self) -> Stream:
+        """The DVPP's own stream (made on first use)."""
+        if self._stream is None:
+            self._stream = self.engine.create_stream()
+        return self._stream
 
     @classmethod
     def of(cls, engine: Engine) -> Dvpp:

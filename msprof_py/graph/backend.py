@@ -79,18 +79,20 @@ def resolve_config(
     One stream per graph is chosen by ``options={"single_stream": True}``, the config, or
     ``SINGLE_STREAM_ENABLE=1`` in the environment (read when a graph is compiled)."""
     if isinstance(config, GraphConfig):
-        chosen, single = config.mode, config.single_stream
+        chosen, single, merge = config.mode, config.single_stream, config.gears_merge
     else:
         chosen = getattr(config, "mode", None) if config is not None else None
         ge_config = getattr(config, "ge_config", None)
         single = _truthy(getattr(ge_config, "enable_single_stream", False))
+        inference = getattr(config, "inference_config", None)
+        merge = str(getattr(inference, "dynamic_gears_merge_policy", "zip"))
     if options and "mode" in options:
         chosen = options["mode"]
     if options and "single_stream" in options:
         single = _truthy(options["single_stream"])
     if mode is not None and mode != "default":
         chosen = mode
-    return GraphConfig(chosen or MAX_AUTOTUNE, single or single_stream_env())
+    return GraphConfig(chosen or MAX_AUTOTUNE, single or single_stream_env(), merge)
 
 
 def register_npu() -> None:

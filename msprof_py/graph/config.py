@@ -39,10 +39,17 @@ class GraphConfig:
 
     mode: str = MAX_AUTOTUNE
     single_stream: bool = False
+    #: how several inputs' dynamic gears combine (TorchAir's
+    #: ``inference_config.dynamic_gears_merge_policy``: "zip" or "product")
+    gears_merge: str = "zip"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"graph mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.gears_merge not in ("zip", "product"):
+            raise ValueError(
+                f"dynamic_gears_merge_policy must be zip or product, got {self.gears_merge!r}"
+            )
 
     @property
     def fuse(self) -> bool:

@@ -25,9 +25,9 @@ from msprof_py.adapter import runtime
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import hold_own_memory, hold_workspace, is_npu
 from msprof_py.device import Stream
-from msprof_py.graph import fx_import
+from msprof_py.graph import fx_import, gears
 from msprof_py.graph.capture import capturing
-from msprof_py.graph.config import GraphConfig, compile_ns
+from msprof_py.graph.config import MAX_AUTOTUNE, GraphConfig, compile_ns
 from msprof_py.graph.ir import NodeKind
 from msprof_py.graph.pipeline import GraphPlan, graph_tasks, plan_graph
 from msprof_py.graph.publish import publish
@@ -87,6 +87,9 @@ class CompiledGraph:
         self.kinds = kinds
         self.config = config
         self.dynamic = dynamic
+        #: GE's dynamic gears (``torchair.inference.set_dim_gears`` on an input before the
+        #: first call of a dynamic max-autotune graph): each gear a static subgraph
+        self.gears: gears.Gears | None = None
         self.calls = 0
         #: the Dynamo code object compiled into this graph, for the profile (``code``,
         #: ``compiles``, ``recompile_limit``; the backend fills it in, empty when unknown)
@@ -125,6 +128,10 @@ class CompiledGraph:
             state.leave()
 
     def _run(self, state: AdapterState, args: list[Any]) -> Any:
+        if self.calls == 0 and self.dynamic and self.config.mode == MAX_AUTOTUNE:
+            self.gears = gears.collect(args, self.config.gears_merge)
+        if self.gears is not None:
+            self.gears.check(args)
         signature = _signature(args)
         produced: dict[str, Any] = {}
         spans: dict[str, tuple[int, int]] = {}
@@ -190,15 +197,23 @@ class CompiledGraph:
         by_kernels = self._plans.get(signature)
         compiled = 0
         if by_kernels is None:
+            first = not self._plans
             by_kernels = self._plans[signature] = {}
             ops = sum(1 for n in self._order if n.op == "call_function")
-            compiled = compile_ns(ops)
-            state.npu.engine.host_span(compiled, f"compile {self.name}")
+            if self.gears is None:
+                compiled = compile_ns(ops)
+                state.npu.engine.host_span(compiled, f"compile {self.name}")
+            elif first:  # every gear is compiled with the graph
+                count = len(self.gears.combos)
+                compiled = gears.gears_compile_ns(ops, count)
+                state.npu.engine.host_span(compiled, f"compile {self.name} ({count} gears)")
         plan = by_kernels.get(kernel_key)
         if plan is None:
             kernels = {name: captured[a:b] for name, (a, b) in spans.items()}
+            # a gear is a static subgraph
+            dynamic = self.dynamic and self.gears is None
             graph = fx_import.import_graph(
-                self.name, self.gm, produced, kernels, self.kinds, dynamic=self.dynamic
+                self.name, self.gm, produced, kernels, self.kinds, dynamic=dynamic
             )
             plan = by_kernels[kernel_key] = plan_graph(
                 graph,

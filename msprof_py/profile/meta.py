@@ -148,6 +148,7 @@ KEYS: dict[str, Callable[[Any], str | None]] = {
     "world_size": _int(1, 2**31 - 1),
     "status": _choice(*STATUSES),
     "command": _str,
+    "cwd": _str,
     "device": _str,
     "device_origin": _str,
     "soc_version": _str,

@@ -3,9 +3,12 @@ registered by ``msprof_py.cli``).
 
     msprof tune-batch python train.py --steps 3                  # sets --batch-size N
     msprof tune-batch --batch-arg=--bs --limit 0.8 --max-batch 256 python train.py
+    msprof tune-batch --application="python train.py --steps 3"    # as msprof takes it
 """
 
 from __future__ import annotations
+
+import shlex
 
 import click
 
@@ -18,7 +21,8 @@ class TuneError(click.ClickException):
     exit_code = 2
 
 
-def _print_trial(trial: Trial) -> None:
+def print_trial(trial: Trial) -> None:
+    """One trial's line, on stderr (progress)."""
     if trial.error:
         click.echo(f"  batch {trial.batch:>5}: {trial.error}", err=True)
         return
@@ -63,8 +67,11 @@ def print_result(result: TuneResult) -> None:
               help="Never propose more (the seed's tuner caps at 256).")  # fmt: skip
 @click.option("--granularity", type=click.IntRange(min=1), default=1, show_default=True,
               help="Stop bisecting at an interval this narrow.")  # fmt: skip
-@click.argument("application", nargs=-1, type=click.UNPROCESSED, required=True)
+@click.option("--application", "application_line", default=None, metavar="COMMAND",
+              help="The script as one string, instead of after the options.")  # fmt: skip
+@click.argument("application", nargs=-1, type=click.UNPROCESSED)
 def tune_batch(
+    application_line: str | None,
     batch_arg: str,
     device: str,
     limit: float,
@@ -85,7 +92,17 @@ def tune_batch(
         DeviceSpec.load(device)
     except (SpecError, OSError, ValueError) as exc:
         raise TuneError(" ".join(str(exc).split())) from None
-    app = list(application)
+    if application_line is not None and application:
+        raise TuneError("give the application either with --application or after the options")
+    if application_line is not None:
+        try:
+            app = shlex.split(application_line)
+        except ValueError as exc:
+            raise TuneError(f"cannot parse --application: {exc}") from None
+    else:
+        app = list(application)
+    if not app:
+        raise TuneError('no application given (use --application="python train.py")')
     click.echo(f"msprof tune-batch: {' '.join(app)} ({batch_arg} N, {device})", err=True)
     result = search(
         lambda batch: measure_script(app, batch_arg, batch, device),
@@ -93,6 +110,6 @@ def tune_batch(
         max_batch=max_batch,
         limit=limit,
         granularity=granularity,
-        progress=_print_trial,
+        progress=print_trial,
     )
     print_result(result)

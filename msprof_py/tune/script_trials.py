@@ -38,9 +38,12 @@ def with_batch(application: list[str], option: str, batch: int) -> list[str]:
     return [*out, option, str(batch)]
 
 
-def measure_script(application: list[str], option: str, batch: int, device: str) -> Trial:
+def measure_script(
+    application: list[str], option: str, batch: int, device: str, cwd: str | None = None
+) -> Trial:
     """Profile the script once at ``batch`` (shapes only, no report, no exports) and read the
-    peak reserved device memory and the median step (the first step left out) back."""
+    peak reserved device memory and the median step (the first step left out) back; ``cwd``:
+    the folder the script runs in (default: this process's)."""
     import msprof_py
     from msprof_py.device.spec import DeviceSpec
 
@@ -52,7 +55,9 @@ def measure_script(application: list[str], option: str, batch: int, device: str)
             *with_batch(application, option, batch),
         ]  # fmt: skip
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=cwd or None
+            )
         except subprocess.TimeoutExpired:
             return Trial(batch, error=f"took over {RUN_TIMEOUT_S} s")
         runs = sorted(Path(folder).glob("msprof_*"))

@@ -275,6 +275,8 @@ def test_combined_gain_is_bounded_not_summed() -> None:
                 "throughput": 64e3,
                 "throughput_now": 32e3,
                 "speedup": 2.0,
+                "basis": "estimated from the recorded memory",
+                "tune": "",
             },
             0.6,
             700.0,

@@ -5,7 +5,8 @@ hook that serves ``torch_npu``. ``torchair.get_npu_backend(compiler_config=...)`
 ``"npu"`` Dynamo backend bound to the config; ``torchair.CompilerConfig()`` carries ``mode``
 ("max-autotune", the default, or "reduce-overhead") and TorchAir's sections as plain
 namespaces (accepted, not interpreted); ``torchair.get_compiler(config)`` is the FX compiler
-for ``aot_module_simplified``.
+for ``aot_module_simplified``. ``torchair.inference.set_dim_gears(t, dim_gears)`` sets GE's
+dynamic gears on an input (:mod:`msprof_py.graph.gears`).
 """
 
 from __future__ import annotations
@@ -63,4 +64,14 @@ def get_compiler(compiler_config: CompilerConfig | None = None) -> Callable[...,
     return graph_compiler(_config(compiler_config))
 
 
-__all__ = ["CompilerConfig", "get_compiler", "get_npu_backend"]
+def _set_dim_gears(t: Any, dim_gears: Mapping[int, Any]) -> None:
+    """Split a dynamic graph into gears on ``t``'s dimensions (``{dim: [sizes]}``)."""
+    from msprof_py.graph.gears import set_dim_gears
+
+    set_dim_gears(t, dim_gears)
+
+
+#: ``torchair.inference``
+inference = SimpleNamespace(set_dim_gears=_set_dim_gears)
+
+__all__ = ["CompilerConfig", "get_compiler", "get_npu_backend", "inference"]
