@@ -2,22 +2,26 @@
 to 1M device tasks.
 
 The profiles are those of ``bench_analyze.py`` (its ``record()`` and ``replicate()``: the ResNet
-sample's steady-state step repeated). Each size is measured in a fresh process: ``load()``,
-``analyze()`` and ``write_report(profile, analysis=...)`` timed apart, the file's size, the peak
-resident memory. Baselines from the same process: the time of ``analyze()`` (the report's
-generation is compared with it), and the plain JSON of every timeline span (start, end and
-name of every device task and host span: what a report drawing every span would have to
-embed), its ``json.dumps`` time and its size. When Chromium and Playwright are installed, the
-report is then opened in headless Chromium (network blocked) and the navigation's
-``loadEventEnd`` recorded (the median of three fresh pages): the page parsed and every figure
-drawn.
+sample's steady-state step repeated; 1M tasks by default). Each size is measured in a fresh
+process: ``load()``, ``analyze()`` and ``write_report(profile, analysis=...)`` timed apart, the
+file's size, the peak resident memory. When Chromium (``/usr/bin/chromium``) and Playwright are
+installed, the report is then opened in headless Chromium (network blocked, software WebGL;
+the medians of ``--repeats`` fresh pages, :func:`open_page`): the time until the timeline has
+drawn (the page's readiness flag, or for revisions without one a probe wrapping
+``Plotly.newPlot``), the navigation's ``loadEventEnd``, and the CPU time of the browser's
+processes until then (the figure to compare on a shared machine: the two times grow with the
+machine's load, the CPU time much less).
 
-With ``--baseline REV`` the same profiles' reports are also written by the ``msprof_py`` of
-git revision ``REV`` (``git archive`` into a temporary folder) and opened the same way, each
-size old then new, so a change's cost is measured in one run on the same machine load.
+The table starts with the pre-timeline report's figures as ``benchmarks/RESULTS.md`` recorded
+them (:data:`RECORDED_BASELINE`). With ``--baseline REV ...`` the same profiles' reports are
+also written by the ``msprof_py`` of each git revision (``git archive`` into a temporary
+folder) and opened the same way, so a change's cost is measured in one run on the same load.
+``--open HTML ...`` only opens existing reports (``--trace FILE``: a Chrome trace of the first
+page, for profiling).
 
-    python benchmarks/bench_report.py [--tasks 100000 300000 1000000] [--profile DIR]
-                                      [--baseline REV] [--no-browser]
+    python benchmarks/bench_report.py [--tasks 1000000] [--profile DIR] [--baseline REV ...]
+                                      [--repeats 3] [--keep DIR] [--no-browser]
+                                      [--open HTML ... [--trace FILE]]
                                       [--write]  # append to RESULTS.md
 """
 
@@ -130,7 +134,9 @@ def open_page(report: Path, repeats: int = 3, profile: Path | None = None) -> di
     the medians (ms from navigation start) of: ``drawn_ms``, the timeline drawn (the page's
     ``window.msprofTimelineReady`` when it sets one, else the probe's time for
     ``fig-timeline``: the same moment), ``probe_ms`` the probe's time, and ``load_ms`` the
-    navigation's ``loadEventEnd`` (every figure's first draw done). None without a browser.
+    navigation's ``loadEventEnd`` (every figure's first draw done), ``cpu_s`` the CPU time the
+    browser's processes spent from navigation until both (robust to other load on the
+    machine, unlike the two times). None without a browser.
     ``profile``: a Chrome trace (CDP ``Tracing``) of the first page is written there."""
     try:
         from playwright.sync_api import sync_playwright
@@ -215,6 +221,7 @@ def table(rows: list[dict]) -> str:
         "report file (MiB)",
         "timeline drawn in Chromium (s)",
         "loadEventEnd (s)",
+        "browser CPU to drawn (s)",
         "peak RSS (MiB)",
     ]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
@@ -224,7 +231,8 @@ def table(rows: list[dict]) -> str:
         rss = "-" if r.get("rss_peak_mib") is None else f"{r['rss_peak_mib']:.0f}"
         lines.append(
             f"| {r.get('code', 'this tree')} | {r['tasks']:,} | {report_s} | {r['report_mb']:.1f} "
-            f"| {_s(o.get('drawn_ms'))} | {_s(o.get('load_ms'))} | {rss} |"
+            f"| {_s(o.get('drawn_ms'))} | {_s(o.get('load_ms'))} "
+            f"| {'-' if o.get('cpu_s') is None else format(o['cpu_s'], '.1f')} | {rss} |"
         )
     return "\n".join(lines)
 
@@ -236,7 +244,11 @@ def main() -> None:
         "--profile", type=Path, help="a recorded run to replicate (default: record)"
     )
     parser.add_argument(
-        "--baseline", metavar="REV", help="also measure the report of git revision REV"
+        "--baseline",
+        metavar="REV",
+        nargs="+",
+        default=[],
+        help="also measure the reports of these git revisions",
     )
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timing")
     parser.add_argument("--repeats", type=int, default=3, help="pages opened per report")
@@ -260,9 +272,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         source = args.profile or record(Path(tmp) / "source")
-        codes = [("this tree", ROOT)]
-        if args.baseline:
-            codes.insert(0, (args.baseline, checkout(args.baseline, Path(tmp) / "baseline")))
+        codes = [(rev, checkout(rev, Path(tmp) / f"rev-{rev}")) for rev in args.baseline]
+        codes.append(("this tree", ROOT))
         keep = args.keep or Path(tmp)
         keep.mkdir(parents=True, exist_ok=True)
         for n in args.tasks:
@@ -278,7 +289,8 @@ def main() -> None:
                 print(
                     f"{code}: {row['tasks']:>9,} tasks: report {row['report_s']:.2f} s "
                     f"(analyze {row['analyze_s']:.2f} s), {row['report_mb']:.1f} MiB, "
-                    f"timeline drawn {_s(o.get('drawn_ms'))} s, load {_s(o.get('load_ms'))} s",
+                    f"timeline drawn {_s(o.get('drawn_ms'))} s, load {_s(o.get('load_ms'))} s, "
+                    f"browser CPU {o.get('cpu_s', 0):.1f} s",
                     flush=True,
                 )
     text = table(rows)

@@ -135,6 +135,7 @@
     });
     var figNode = document.getElementById("fig-timeline");
     var gap = (hi - lo) / Math.max(200, (figNode && figNode.clientWidth) || 1400);
+    T.extent = [lo, hi, gap];
     T.binned.forEach(function (b) {
       var total = 0;
       b.units.forEach(function (u) { total += u.cols.s.length; });
@@ -436,12 +437,12 @@
                                 [T.markerIdx]);
         });
     }
-    // the width of the first view (us): the whole profile (bins drawn coarse while it shows)
-    var full = gd._fullLayout && gd._fullLayout.xaxis ? view().x1 - view().x0 : Infinity;
+    // a binned lane drawn as bins: coarse while the view holds every bin (then a gap of less
+    // than a pixel of the first view is less than a pixel of this one), each bin once zoomed in
     function binsOn(b, li, v) {
-      if (b.mode === "bins") return null;
-      if (b.mode === "coarse" && v.x1 - v.x0 >= 0.99 * full) return null;  // still the whole view
-      b.mode = "bins"; b.spans = [];
+      var x = st.T.extent, want = v.x0 <= x[0] + x[2] && v.x1 >= x[1] - x[2] ? "coarse" : "bins";
+      if (b.mode === want) return null;
+      b.mode = want; b.spans = [];
       st.lanes[li] = null;
       return refill(b);
     }
