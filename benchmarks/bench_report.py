@@ -229,8 +229,9 @@ def table(rows: list[dict]) -> str:
         o = r.get("open") or {}
         report_s = "-" if r.get("report_s") is None else f"{r['report_s']:.2f}"
         rss = "-" if r.get("rss_peak_mib") is None else f"{r['rss_peak_mib']:.0f}"
+        tasks = f"{r['tasks']:,}" if r.get("tasks") else "-"
         lines.append(
-            f"| {r.get('code', 'this tree')} | {r['tasks']:,} | {report_s} | {r['report_mb']:.1f} "
+            f"| {r.get('code', 'this tree')} | {tasks} | {report_s} | {r['report_mb']:.1f} "
             f"| {_s(o.get('drawn_ms'))} | {_s(o.get('load_ms'))} "
             f"| {'-' if o.get('cpu_s') is None else format(o['cpu_s'], '.1f')} | {rss} |"
         )
@@ -264,7 +265,7 @@ def main() -> None:
     rows: list[dict] = [RECORDED_BASELINE]
     if args.open:
         for html in args.open:
-            row = {"code": html.name, "tasks": 0, "report_mb": html.stat().st_size / 2**20}
+            row = {"code": html.name, "tasks": None, "report_mb": html.stat().st_size / 2**20}
             row["open"] = open_page(html, args.repeats, args.trace)
             rows.append(row)
             print(html, row["open"], flush=True)
