@@ -265,7 +265,7 @@ def _memory(profile: Profile, a: Any) -> go.Figure | None:
         x = (m["time_ns"].to_numpy() - origin) / 1e3
         for col in ("allocated", "reserved"):
             fig.add_trace(
-                go.Scattergl(
+                go.Scatter(  # SVG: see timeline.py's memory lines
                     x=x,
                     y=m[col].to_numpy() / 2**20,
                     mode="lines",

@@ -704,7 +704,9 @@ def timeline(
         for col, dash in (("allocated", None), ("reserved", "dot")):
             traces.append(
                 {
-                    "type": "scattergl",
+                    # SVG, not WebGL: in a software renderer (a headless or GPU-less browser)
+                    # each WebGL line of 20,000 steps costs seconds to draw, the SVG path little
+                    "type": "scatter",
                     "x": x,
                     "y": np.round(m[col].to_numpy() / 2**20, 4),
                     "mode": "lines",
