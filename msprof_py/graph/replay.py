@@ -107,6 +107,8 @@ def _host_arg(value: Any, host_device: torch.device) -> Any:
         if value.type != "npu":
             raise NotReplayable(f"an argument names device {value}")
         return host_device
+    if isinstance(value, dict):
+        return {k: _host_arg(v, host_device) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_host_arg(v, host_device) for v in value)
     if isinstance(value, torch.Tensor):
