@@ -44,6 +44,7 @@ from msprof_py.adapter.tensors import (
 from msprof_py.device.engine import GraphTask
 from msprof_py.device.formats import storage_bytes
 from msprof_py.graph.pipeline import GraphPlan
+from msprof_py.graph.replay_known import KnownProgram, same_known
 
 _META = torch.device("meta")
 _CPU = torch.device("cpu")
@@ -248,8 +249,6 @@ def _describe_outputs(
             continue
         if not is_npu_device(leaf.device):
             raise NotReplayable("the graph returns a host tensor")
-        if state.meta and getattr(leaf.untyped_storage(), "_npu_known", None) is not None:
-            raise NotReplayable("the graph returns host-known values")
         storage = id(backing_storage(leaf))
         if id(leaf) in by_id:
             described.append(_Leaf("input", by_id[id(leaf)]))
@@ -285,7 +284,7 @@ def _npu_view(base: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
 class Replay:
     """One stored plan and how to rebuild a call's npu result from host values."""
 
-    __slots__ = ("fn", "forget", "leaves", "plan", "retags", "tasks")
+    __slots__ = ("fn", "known", "leaves", "plan", "retags", "tasks")
 
     def __init__(
         self,
@@ -293,15 +292,16 @@ class Replay:
         plan: GraphPlan,
         tasks: list[GraphTask],
         leaves: tuple[_Leaf | None, ...],
-        forget: tuple[int, ...],
+        known: KnownProgram | None,
         retags: tuple[tuple[int, str, tuple], ...] = (),
     ) -> None:
         self.fn = fn
         self.plan = plan
         self.tasks = tasks
         self.leaves = leaves
-        #: inputs whose host-known values the call overwrote (shapes-only mode)
-        self.forget = forget
+        #: the known-value program to run with each call (shapes-only mode; None: no known
+        #: value enters or leaves the graph)
+        self.known = known
         #: (input, format, logical shape) of each input the call converts in place (a
         #: convolution's TransData), in the call's order
         self.retags = retags
@@ -314,26 +314,38 @@ class Replay:
         tasks: list[GraphTask],
         args: list[Any],
         before: list[tuple | None],
-        known_before: list[bool],
+        known_before: list[torch.Tensor | None],
         result: Any,
         state: AdapterState,
         retag_order: Callable[[int, tuple, tuple], int | None],
+        program: Callable[[], KnownProgram],
     ) -> Replay:
         """The replay of an interpreted call that ran with inputs ``args`` (laid out as
-        ``before``) and returned ``result`` (raises NotReplayable). ``retag_order(i, old,
-        new)`` is the position in the call at which input ``i`` was converted in place from
-        storage format ``old`` to ``new`` (None: not found)."""
+        ``before``, holding host-known values ``known_before`` in shapes-only mode) and
+        returned ``result`` (raises NotReplayable). ``retag_order(i, old, new)`` is the
+        position in the call at which input ``i`` was converted in place from storage format
+        ``old`` to ``new`` (None: not found); ``program()`` the graph's known-value program."""
         retags = _retags(args, before, retag_order)
-        forget = []
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and state.meta:
-                known = getattr(a.untyped_storage(), "_npu_known", None) is not None
-                if known:
-                    raise NotReplayable("an input holds host-known values after the call")
-                if known_before[i]:
-                    forget.append(i)
         leaves = _describe_outputs(args, result, state)
-        return cls(fn, plan, tasks, leaves, tuple(forget), retags)
+        known = None
+        if state.meta:
+            known = program()
+            written, outs = known.run(known_before)
+            for i, a in enumerate(args):
+                if isinstance(a, torch.Tensor):
+                    expected = written[i] if i in written else known_before[i]
+                    if not same_known(shapes_only.known_view(a), expected):
+                        raise NotReplayable("the call leaves host-known values in an input")
+            flat: list[Any] = []
+            _flatten(result, flat)
+            for leaf, spec, value in zip(flat, leaves, outs, strict=True):
+                fresh = spec is not None and spec.kind == "fresh"
+                if fresh and not same_known(shapes_only.known_view(leaf), value):
+                    raise NotReplayable("the graph returns host-known values")
+            uses = [*known_before, *written.values(), *outs]
+            if all(v is None for v in uses):
+                known = None
+        return cls(fn, plan, tasks, leaves, known, retags)
 
     def run(self, args: list[Any], state: AdapterState) -> Any:
         """Compute one call's values on the host and return its npu result (with a graph
@@ -374,6 +386,18 @@ class Replay:
                 leaves.append(_npu_view(args[spec.index], host))
             else:
                 leaves.append(_npu_view(leaves[spec.index], host))
-        for i in self.forget:
-            shapes_only.forget(args[i])
+        if self.known is not None:
+            self._known_values(args, leaves)
         return _rebuild(host_result, leaves, [0])
+
+    def _known_values(self, args: list[Any], leaves: list[Any]) -> None:
+        """Leave in the written inputs and the fresh outputs the host-known values an
+        interpreted call would (shapes-only mode)."""
+        assert self.known is not None
+        inputs = [shapes_only.known_view(a) if isinstance(a, torch.Tensor) else None for a in args]
+        written, outs = self.known.run(inputs)
+        for spec, leaf, value in zip(self.leaves, leaves, outs, strict=True):
+            if spec is not None and spec.kind == "fresh" and value is not None:
+                shapes_only.write_known(leaf, value)
+        for i, value in written.items():
+            shapes_only.write_known(args[i], value)

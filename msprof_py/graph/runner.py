@@ -25,11 +25,11 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import runtime
+from msprof_py.adapter import runtime, shapes_only
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import hold_own_memory, hold_workspace, is_npu
 from msprof_py.device import Stream
-from msprof_py.graph import fx_import, replay
+from msprof_py.graph import fx_import, replay, replay_known
 from msprof_py.graph.capture import capturing
 from msprof_py.graph.config import GraphConfig, compile_ns
 from msprof_py.graph.ir import NodeKind
@@ -76,6 +76,14 @@ def _signature(args: list[Any]) -> tuple:
         else:
             key.append(a if isinstance(a, (int, float, bool)) or a is None else type(a))
     return tuple(key)
+
+
+def _known_copy(value: Any) -> torch.Tensor | None:
+    """A copy of the host-known values of npu tensor ``value`` (None: unknown, no tensor)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    view = shapes_only.known_view(value)
+    return None if view is None else view.clone()
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -130,6 +138,7 @@ class CompiledGraph:
         self.replay_misses: dict[str, int] = {}
         #: the kernels the last interpreted call captured, and each node's span of them
         self._last_capture: tuple[list, dict] = ([], {})
+        self._known: replay_known.KnownProgram | None = None
         _GRAPHS.add(self)
 
     def _last_uses(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
@@ -194,9 +203,7 @@ class CompiledGraph:
 
     def _interpret(self, state: AdapterState, args: list[Any], key: tuple | None) -> Any:
         before = replay.snapshot(args) if key is not None else []
-        known = [
-            isinstance(a, torch.Tensor) and hasattr(a.untyped_storage(), "_npu_known") for a in args
-        ]
+        known = [_known_copy(a) if key is not None and state.meta else None for a in args]
         result = self._interpret_call(state, args)
         if key is not None:
             plan = self.last_plan
@@ -212,11 +219,17 @@ class CompiledGraph:
                     result,
                     state,
                     self._retag_position,
+                    self._known_program,
                 )
             except replay.NotReplayable as exc:
                 self._replays[key] = None
                 self.replay_misses[str(exc)] = self.replay_misses.get(str(exc), 0) + 1
         return result
+
+    def _known_program(self) -> replay_known.KnownProgram:
+        if self._known is None:
+            self._known = replay_known.KnownProgram(self.gm)
+        return self._known
 
     def _retag_position(self, index: int, old: tuple, new: tuple) -> int | None:
         """The node position at which the last interpreted call converted input ``index``
