@@ -6,20 +6,22 @@ sequence 128, batch 8), each trained with SGD momentum in one process that recor
 ``msprof`` does (a recording session; the raw profile goes to a temporary directory, no
 export). The device runs in shapes-only mode (``--numerics none``, default: no values
 computed, so real time is dispatch and simulation, not CPU math) or computes values on the CPU
-(``--numerics cpu``).
+(``--numerics cpu``). ``--small`` runs small configs with values instead (ResNet-50's depth at
+width 16, batch 2 x 64 x 64; TinyLM 4 x d128, sequence 64, batch 4) and adds plain CPU eager
+(no npu) as the baseline.
 
 1. **Compile time**: the real seconds of the first compiled step minus a steady compiled step
    (Dynamo tracing, AOTAutograd, the graph runner's import, passes and plans), and the compile
    time the simulation charges on the host clock (``compile graph<N>_*`` host spans: 20 ms per
    graph + 0.2 ms per op node).
-2. **Host time per step**: real seconds per steady step of the eager model (the baseline,
-   measured in the same run) and of the compiled one, their ratio, and the simulated step
-   time of each. The compiled step does not skip the per-op host work: the runner still
-   executes every ATen node of the graph through the adapter (values, or meta shapes, node by
-   node) to know its outputs and kernels; what it saves is Dynamo-free eager Python
-   (``nn.Module`` calls, autograd's per-op bookkeeping) and one engine launch per kernel.
+2. **Host time per step**: real seconds per steady step of the eager model and of the compiled
+   one with the stored-plan replay off (every call interprets the graph node by node through
+   the adapter, as the first call does) and on (the default: later calls run one generated host
+   function and launch the stored plan, :mod:`msprof_py.graph.replay`), their ratios, and the
+   simulated step time of each (the two compiled variants must agree: a warning says if not).
+   ``--profile DIR`` writes a cProfile of one steady step of each compiled variant.
 
-    python benchmarks/bench_graph.py [--steps 3] [--numerics none|cpu] [--only resnet50]
+    python benchmarks/bench_graph.py [--steps 3] [--numerics none|cpu] [--small] [--only M]
 """
 
 from __future__ import annotations

@@ -277,6 +277,32 @@ def _rebuild(value: Any, leaves: list[Any], it: list[int]) -> Any:
     return leaves[it[0] - 1]
 
 
+def _skeleton(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value)(_skeleton(v) for v in value)
+    return None
+
+
+def _meta_layout(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (
+            tuple(value.shape),
+            value.stride(),
+            value.storage_offset(),
+            value.dtype,
+            backing_storage(value).nbytes(),
+        )
+    return ("value", value)
+
+
+def _meta_leaf(layout: Any) -> Any:
+    if layout[0] == "value":
+        return layout[1]
+    shape, stride, offset, dtype, nbytes = layout
+    storage = torch.UntypedStorage(nbytes, device=_META)
+    return torch.empty(0, dtype=dtype, device=_META).set_(storage, offset, shape, stride)
+
+
 def _npu_view(base: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
     return base.as_strided(host.shape, host.stride(), host.storage_offset())
 
@@ -284,7 +310,7 @@ def _npu_view(base: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
 class Replay:
     """One stored plan and how to rebuild a call's npu result from host values."""
 
-    __slots__ = ("fn", "known", "leaves", "plan", "retags", "tasks")
+    __slots__ = ("fn", "known", "layouts", "leaves", "plan", "retags", "skeleton", "tasks")
 
     def __init__(
         self,
@@ -305,6 +331,10 @@ class Replay:
         #: (input, format, logical shape) of each input the call converts in place (a
         #: convolution's TransData), in the call's order
         self.retags = retags
+        #: shapes only: the result's structure and each leaf's (shape, stride, offset, dtype,
+        #: storage bytes) or plain value, so a call builds its meta outputs without computing
+        self.skeleton: Any = None
+        self.layouts: list[Any] = []
 
     @classmethod
     def after_call(
@@ -345,7 +375,11 @@ class Replay:
             uses = [*known_before, *written.values(), *outs]
             if all(v is None for v in uses):
                 known = None
-        return cls(fn, plan, tasks, leaves, known, retags)
+        stored = cls(fn, plan, tasks, leaves, known, retags)
+        if state.meta:
+            stored.skeleton = _skeleton(result)
+            stored.layouts = [_meta_layout(v) for v in flat]
+        return stored
 
     def run(self, args: list[Any], state: AdapterState) -> Any:
         """Compute one call's values on the host and return its npu result (with a graph
@@ -356,6 +390,10 @@ class Replay:
             if fmt != formats.ND:
                 nbytes = storage_bytes(shape, dtype_name(t.dtype), fmt)
                 hold_device_bytes(t, nbytes, state, "TransData")
+        if self.skeleton is not None:  # shapes only: the outputs' layouts are known
+            host_result = self.skeleton
+            host_leaves = [_meta_leaf(v) for v in self.layouts]
+            return self._wrap(args, state, host_result, host_leaves)
         views: dict[int, torch.Tensor] = {}
         host_args = []
         for a in args:
@@ -371,6 +409,11 @@ class Replay:
         del host_args
         host_leaves: list[Any] = []
         _flatten(host_result, host_leaves)
+        return self._wrap(args, state, host_result, host_leaves)
+
+    def _wrap(
+        self, args: list[Any], state: AdapterState, host_result: Any, host_leaves: list
+    ) -> Any:
         leaves: list[Any] = []
         for spec, host in zip(self.leaves, host_leaves, strict=True):
             if spec is None:
