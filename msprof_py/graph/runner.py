@@ -6,7 +6,11 @@ eager kernels are known. The first call with given input shapes, dtypes and form
 the graph to IR, charges its compile time on the host clock (a "compile <graph>" host span,
 :func:`msprof_py.graph.config.compile_ns`) and plans it (:mod:`msprof_py.graph.pipeline`);
 later calls reuse the plan (re-planned without compile time when the captured kernels change,
-e.g. once the weights have been converted to their kernel format). Then the plan is launched:
+e.g. once the weights have been converted to their kernel format). A call whose input
+metadata matches an earlier interpreted call's replays that call's stored plan
+(:mod:`msprof_py.graph.replay`): one generated host function computes the values, no node goes
+through the adapter, and the same tasks are launched (:func:`set_plan_replay` turns it off).
+Then the plan is launched:
 one workspace block of the planned size from the caching allocator for the call, device
 memory for the tensors that leave the graph, and one host launch for all kernels
 (:meth:`msprof_py.device.engine.Engine.submit_graph`), returning while the device works.
@@ -21,11 +25,11 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import runtime
+from msprof_py.adapter import runtime, shapes_only
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import hold_own_memory, hold_workspace, is_npu
 from msprof_py.device import Stream
-from msprof_py.graph import fx_import, gears
+from msprof_py.graph import fx_import, gears, replay, replay_known
 from msprof_py.graph.capture import capturing
 from msprof_py.graph.config import MAX_AUTOTUNE, GraphConfig, compile_ns
 from msprof_py.graph.ir import NodeKind
@@ -34,6 +38,21 @@ from msprof_py.graph.publish import publish
 
 #: every live compiled graph (for inspection: :func:`compiled_graphs`)
 _GRAPHS: weakref.WeakSet[CompiledGraph] = weakref.WeakSet()
+
+#: whether compiled graphs replay their stored plans (:func:`set_plan_replay`)
+_REPLAY = [True]
+
+
+def set_plan_replay(enabled: bool) -> None:
+    """Turn the stored-plan replay on (the default) or off: off, every call of a compiled
+    graph interprets it node by node through the adapter, as the first call does."""
+    _REPLAY[0] = bool(enabled)
+
+
+def plan_replay() -> bool:
+    """Whether compiled graphs replay their stored plans."""
+    return _REPLAY[0]
+
 
 #: engine id -> the side streams graph launches use (index 1 and up; 0 is the current stream)
 _SIDE_STREAMS: dict[int, list[Stream]] = {}
@@ -57,6 +76,14 @@ def _signature(args: list[Any]) -> tuple:
         else:
             key.append(a if isinstance(a, (int, float, bool)) or a is None else type(a))
     return tuple(key)
+
+
+def _known_copy(value: Any) -> torch.Tensor | None:
+    """A copy of the host-known values of npu tensor ``value`` (None: unknown, no tensor)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    view = shapes_only.known_view(value)
+    return None if view is None else view.clone()
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -100,6 +127,21 @@ class CompiledGraph:
         self._plans: dict[tuple, dict[tuple, GraphPlan]] = {}
         self._order = [n for n in gm.graph.nodes]
         self._last_use = self._last_uses()
+        #: input metadata -> the stored plan a call with it replays (None: not replayable)
+        self._replays: dict[tuple, replay.Replay | None] = {}
+        #: plan id -> its engine tasks
+        self._tasks: dict[int, tuple[GraphPlan, list]] = {}
+        #: the host function of the replay (None: not built yet); why the graph is never
+        #: replayed, or "" when it is
+        self._host_fn: Any = None
+        self.replay_reason = "dynamic shapes" if dynamic else ""
+        #: calls that replayed a stored plan
+        self.replayed = 0
+        #: why interpreted calls could not be stored for replay, with how many times
+        self.replay_misses: dict[str, int] = {}
+        #: the kernels the last interpreted call captured, and each node's span of them
+        self._last_capture: tuple[list, dict] = ([], {})
+        self._known: replay_known.KnownProgram | None = None
         _GRAPHS.add(self)
 
     def _last_uses(self) -> dict[torch.fx.Node, list[torch.fx.Node]]:
@@ -127,11 +169,105 @@ class CompiledGraph:
             args.clear()
             state.leave()
 
+    def _replay_key(self, state: AdapterState, args: list[Any]) -> tuple | None:
+        if not _REPLAY[0] or self.replay_reason:
+            return None
+        if self._host_fn is None:
+            try:
+                self._host_fn = replay.host_module(self.gm, state)
+            except replay.NotReplayable as exc:
+                self.replay_reason = str(exc)
+                return None
+        return replay.input_key(args, state)
+
     def _run(self, state: AdapterState, args: list[Any]) -> Any:
         if self.calls == 0 and self.dynamic and self.config.mode == MAX_AUTOTUNE:
             self.gears = gears.collect(args, self.config.gears_merge)
         if self.gears is not None:
             self.gears.check(args)
+        key = self._replay_key(state, args)
+        if key is None:
+            return self._interpret(state, args, None)
+        stored = self._replays.get(key, False)
+        if stored is False:
+            return self._interpret(state, args, key)
+        if stored is None:
+            return self._interpret(state, args, None)
+        try:
+            with capturing(state):
+                result = stored.run(args, state)
+        except Exception:
+            if not state.meta:
+                raise
+            # shapes only: nothing was computed, so nothing to undo; interpret from now on
+            self.replay_reason = "the host function failed"
+            return self._interpret(state, args, None)
+        self.calls += 1
+        self.replayed += 1
+        self.last_plan = stored.plan
+        self._launch(state, stored.plan, result, stored.tasks)
+        return result
+
+    def _interpret(self, state: AdapterState, args: list[Any], key: tuple | None) -> Any:
+        before = replay.snapshot(args) if key is not None else []
+        known = [_known_copy(a) if key is not None and state.meta else None for a in args]
+        result = self._interpret_call(state, args)
+        if key is not None:
+            plan = self.last_plan
+            assert plan is not None
+            try:
+                self._replays[key] = replay.Replay.after_call(
+                    self._host_fn.forward,
+                    plan,
+                    self._tasks_of(plan),
+                    args,
+                    before,
+                    known,
+                    result,
+                    state,
+                    self._retag_position,
+                    self._known_program,
+                )
+            except replay.NotReplayable as exc:
+                self._replays[key] = None
+                self.replay_misses[str(exc)] = self.replay_misses.get(str(exc), 0) + 1
+        return result
+
+    def _known_program(self) -> replay_known.KnownProgram:
+        if self._known is None:
+            self._known = replay_known.KnownProgram(self.gm)
+        return self._known
+
+    def _retag_position(self, index: int, old: tuple, new: tuple) -> int | None:
+        """The node position at which the last interpreted call converted input ``index``
+        from storage format ``old`` to ``new`` in place: the first node reading it whose
+        kernels include that TransData."""
+        placeholders = [n for n in self._order if n.op == "placeholder"]
+        if index >= len(placeholders):
+            return None
+        target = placeholders[index]
+        captured, spans = self._last_capture
+        for position, node in enumerate(self._order):
+            span = spans.get(node.name)
+            if span is None or target not in node.all_input_nodes:
+                continue
+            for k in captured[span[0] : span[1]]:
+                if (
+                    k.op_type == "TransData"
+                    and k.inputs[0][2] == old[0]
+                    and k.outputs[0][2] == new[0]
+                    and tuple(k.inputs[0][0]) == tuple(new[1])
+                ):
+                    return position
+        return None
+
+    def _tasks_of(self, plan: GraphPlan) -> list:
+        found = self._tasks.get(id(plan))
+        if found is None or found[0] is not plan:
+            found = self._tasks[id(plan)] = (plan, graph_tasks(plan))
+        return found[1]
+
+    def _interpret_call(self, state: AdapterState, args: list[Any]) -> Any:
         signature = _signature(args)
         produced: dict[str, Any] = {}
         spans: dict[str, tuple[int, int]] = {}
@@ -141,10 +277,11 @@ class CompiledGraph:
             (name, tuple((k.op_type, k.cost) for k in captured[a:b]))
             for name, (a, b) in spans.items()
         )
+        self._last_capture = (captured, spans)
         plan = self._plan(state, signature, kernel_key, produced, captured, spans)
         self.calls += 1
         self.last_plan = plan
-        self._launch(state, plan, result)
+        self._launch(state, plan, result, self._tasks_of(plan))
         return result
 
     def _execute(
@@ -224,13 +361,13 @@ class CompiledGraph:
             publish(state.npu.engine, plan, mode=self.config.mode, compile_ns=compiled, **self.code)
         return plan
 
-    def _launch(self, state: AdapterState, plan: GraphPlan, result: Any) -> None:
+    def _launch(self, state: AdapterState, plan: GraphPlan, result: Any, tasks: list) -> None:
         workspace = hold_workspace(plan.memory.workspace_bytes, state, f"{self.name} workspace")
         for t in _tensors(result):
             if is_npu(t):
                 hold_own_memory(t, state, f"{self.name} output")
         streams = _streams(state, plan.streams)
-        state.npu.engine.submit_graph(streams, graph_tasks(plan), name=f"ModelExecute {self.name}")
+        state.npu.engine.submit_graph(streams, tasks, name=f"ModelExecute {self.name}")
         del workspace  # back to the caching allocator (stream-ordered, as eager frees)
 
 
