@@ -208,13 +208,49 @@ class PassRecord:
     reason: str = ""
 
 
+def kernel_names(graph: Graph) -> dict[str, tuple[str, ...]]:
+    """The launch names of every op node's eager kernels, unique within the graph.
+
+    A node with one kernel keeps its name; a node ``x`` with several gets ``x_0``, ``x_1``,
+    ... unless one of those is taken (another node called ``x_1``, or a kernel of an earlier
+    node), then ``x_k0``, ``x_k1``, ..., then ``x_k0_2``, ... (first free suffix). Every node
+    name is reserved first, so a kernel never takes a node's name (nor the name of a fused
+    kernel named after a node); nodes are visited in graph order, so the result depends on the
+    graph alone.
+    """
+    taken = {n.name for n in graph.nodes}
+    result: dict[str, tuple[str, ...]] = {}
+    for node in graph.nodes:
+        if not node.is_op or not node.kernels:
+            continue
+        count = len(node.kernels)
+        if count == 1:
+            result[node.name] = (node.name,)
+            continue
+        names: list[str] = []
+        for attempt, sep in enumerate(("_", "_k", "_k")):
+            tail = f"_{attempt}" if attempt > 1 else ""
+            names = [f"{node.name}{sep}{k}{tail}" for k in range(count)]
+            if not taken.intersection(names):
+                break
+        extra = 3
+        while taken.intersection(names):  # pathological: more suffixes, still in order
+            names = [f"{node.name}_k{k}_{extra}" for k in range(count)]
+            extra += 1
+        taken.update(names)
+        result[node.name] = tuple(names)
+    return result
+
+
 def unfused_kernels(graph: Graph) -> list[GraphKernel]:
     """Every node's eager kernels as graph kernels, in node order (no pass applied).
 
     A node with several eager kernels (a convolution backward's two GEMMs) gives one graph
     kernel per eager kernel; the first reads the node's inputs, the last writes its outputs.
+    Kernel names come from :func:`kernel_names` (unique in the graph).
     """
     result: list[GraphKernel] = []
+    names = kernel_names(graph)
     for node in graph.nodes:
         if not node.is_op or not node.kernels:
             continue
@@ -223,7 +259,7 @@ def unfused_kernels(graph: Graph) -> list[GraphKernel]:
         for k, kernel in enumerate(node.kernels):
             result.append(
                 GraphKernel(
-                    node.name if count == 1 else f"{node.name}_{k}",
+                    names[node.name][k],
                     kernel.op_type,
                     kernel.cost,
                     (node.name,),

@@ -25,6 +25,7 @@ from msprof_py.analyzers.render import step_list
 from msprof_py.profile import Profile, ProfileError
 from msprof_py.profile.atomic import create_atomically
 from msprof_py.report import tables
+from msprof_py.report.graphs import graph_section
 from msprof_py.report.timeline import (
     MAX_MEMORY_POINTS,
     _rank_prefix,
@@ -674,6 +675,7 @@ def build_html(profile: Profile, analysis: Any | None = None) -> str:
         "memory_summary": tables.table(pd.DataFrame(a.memory.get("summary") or [])),
         "memory_steps": tables.table(a.memory.get("steps")),
         "module_tree": _module_tree(a),
+        "graph_mode": graph_section(profile, a),
         "findings": _findings(a, profile),
         "ranks": _ranks(profile, a),
     }

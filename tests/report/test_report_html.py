@@ -86,6 +86,8 @@ def test_sections_present(report_file: Path) -> None:
         assert f'id="{fig}-data"' in text, fig
     assert "python sample_runs/train_resnet.py --steps 3" in text
     assert "ascend910b" in text
+    # an eager run compiled no graph: no graph-mode section, no link to one
+    assert 'id="graph-mode"' not in text and 'href="#graph-mode"' not in text
 
 
 def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:

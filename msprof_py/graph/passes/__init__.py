@@ -46,10 +46,12 @@ decomposition (misses, with why), launching nothing new):
    casts -> softmax (``_softmax``, ``_safe_softmax`` or decomposed) -> dropout / cast ->
    ``bmm(P, V)`` -> one ``FlashAttentionScore`` costed by
    :func:`msprof_py.device.attention.flash_attention_cost`. Needs an A2/A3 chip, fp16 / bf16
-   / fp32, a last-axis softmax.
+   (FlashAttentionScore has no fp32 kernel), a mask added as ``[Sq, Skv]`` or ``[B|1, N|1,
+   Sq, Skv]`` (``atten_mask``'s shapes), a last-axis softmax; a miss lists every reason.
 5. ``FlashAttentionGradFusionPass`` (:mod:`.attention`): ``bmm(dO, V^T)`` -> dropout
    backward -> ``_softmax_backward_data`` -> scale -> the dQ and dK matmuls, with the dV
-   matmul -> one ``FlashAttentionScoreGrad``. Same preconditions.
+   matmul -> one ``FlashAttentionScoreGrad``. Same chip and dtype preconditions (the mask
+   does not appear in the backward graph, so its shape is not checked there).
 6. ``LayerNormFusionPass`` (:mod:`.chains`): the decomposed mean / sub / pow / mean / add /
    rsqrt (or sqrt + div) / mul (/ mul weight / add bias) chain -> one ``LayerNorm``; skipped
    for dynamic graphs (miss recorded). ``native_layer_norm`` is already one kernel.

@@ -15,8 +15,13 @@ its backward as one ``FlashAttentionScoreGrad``.
   (FlashAttentionScoreGrad recomputes them from Q, K and the softmax statistics).
 
 Preconditions: an Atlas A2/A3-class chip (``soc_version`` Ascend910B* or Ascend910_93, as
-``torch_npu.npu_fusion_attention`` requires), float16 / bfloat16 / float32, a softmax over the
-last axis, intermediates read only inside the pattern (graph outputs allowed).
+``torch_npu.npu_fusion_attention`` requires), float16 / bfloat16 only (FlashAttentionScore has
+no float32 kernel, so an fp32 chain - also the fp32 math decomposition torch traces for an SDPA
+call that is no fused-attention node - stays unfused, as eager runs it), a mask add whose mask
+is shaped as FlashAttentionScore's ``atten_mask`` (``[Sq, Skv]`` or ``[B|1, N|1, Sq, Skv]``:
+both sequence axes whole; a ``[B, 1, 1, Skv]`` padding mask broadcast over the queries is a
+miss, as it is for SDPA), a softmax over the last axis, intermediates read only inside the
+pattern (graph outputs allowed). Every miss is recorded with all the reasons that apply.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ FLASH_ATTENTION = "FlashAttentionFusionPass"
 FLASH_ATTENTION_GRAD = "FlashAttentionGradFusionPass"
 
 _A2_SOCS = ("Ascend910B", "Ascend910_93")
-_DTYPES = frozenset({"float16", "bfloat16", "float32"})
+_DTYPES = frozenset({"float16", "bfloat16"})
 _BMM = frozenset({"bmm", "matmul"})
 
 
@@ -46,7 +51,7 @@ def flash_attention_support(spec: DeviceSpec, dtype: str) -> str:
             f"this is {spec.soc_version}"
         )
     if dtype not in _DTYPES:
-        return f"FlashAttentionScore supports float16, bfloat16 and float32, not {dtype}"
+        return f"FlashAttentionScore supports float16 and bfloat16 only, not {dtype}"
     return ""
 
 
@@ -72,14 +77,34 @@ def _softmax_dim_ok(node: Node) -> bool:
     return dim in (-1, len(node.outputs[0].shape) - 1)
 
 
-def _walk_up(plan: Plan, node: Node | None) -> tuple[Node | None, list[Node]]:
-    """From a softmax's input up to the score matmul through scale, mask add and casts."""
+def _mask_shape_why(mask: tuple[int, ...], scores: tuple[int, ...]) -> str:
+    """Why ``mask`` (added to ``scores``) is no FlashAttentionScore ``atten_mask``: that is
+    ``[Sq, Skv]`` or ``[B|1, N|1, Sq, Skv]`` (the leading axes 1 or the scores'); "" if it is."""
+    lead = scores[:-2]
+    ok = (
+        len(mask) >= 2
+        and len(mask) in (2, len(scores))
+        and tuple(mask[-2:]) == tuple(scores[-2:])
+        and all(m in (1, s) for m, s in zip(mask[:-2], lead, strict=False))
+    )
+    if ok:
+        return ""
+    return (
+        f"unsupported mask shape {list(mask)}: FlashAttentionScore's atten_mask is [Sq, Skv] "
+        f"or [B|1, N|1, Sq, Skv] with Sq={scores[-2]}, Skv={scores[-1]}"
+    )
+
+
+def _walk_up(plan: Plan, node: Node | None) -> tuple[Node | None, list[Node], str]:
+    """From a softmax's input up to the score matmul through scale, mask add and casts; the
+    third item says why a mask add's mask is no ``atten_mask`` ("" when none is wrong)."""
     passed: list[Node] = []
+    mask_why = ""
     for _ in range(8):
         if node is None or not plan.free(node):
-            return None, passed
+            return None, passed, mask_why
         if node.target in _BMM:
-            return node, passed
+            return node, passed, mask_why
         if (node.target in ("mul", "div") and scalar_operand(node)) or node.target == "_to_copy":
             passed.append(node)
             node = plan.arg(node, 0)
@@ -90,12 +115,16 @@ def _walk_up(plan: Plan, node: Node | None) -> tuple[Node | None, list[Node]]:
                 p for p in ins if p is not None and p.is_op and p.target in (*_BMM, "mul", "div")
             ]
             if not follow:
-                return None, passed
+                return None, passed, mask_why
+            if node.target == "add" and len(follow) == 1:
+                other = node.inputs[1 - ins.index(follow[0])]
+                scores = node.outputs[0].shape
+                mask_why = mask_why or _mask_shape_why(plan.graph.spec(other).shape, scores)
             passed.append(node)
             node = follow[0]
             continue
-        return None, passed
-    return None, passed
+        return None, passed, mask_why
+    return None, passed, mask_why
 
 
 def flash_attention(plan: Plan) -> None:
@@ -105,7 +134,7 @@ def flash_attention(plan: Plan) -> None:
         if chain is None:
             continue
         sink = plan.graph.node(chain.sink)
-        bmm1, passed = _walk_up(plan, plan.producer(chain.x))
+        bmm1, passed, mask_why = _walk_up(plan, plan.producer(chain.x))
         if bmm1 is None:
             continue
         cur, down = sink, []
@@ -123,8 +152,12 @@ def flash_attention(plan: Plan) -> None:
         members.append(bmm2.name)
         dtype = bmm1.outputs[0].dtype
         why = flash_attention_support(plan.spec, dtype)
-        if not why and not _softmax_dim_ok(sink):
-            why = "the softmax is not over the last axis"
+        if not why.startswith("FlashAttentionScore needs"):  # on a chip that has the kernel
+            extra = [
+                mask_why,
+                "" if _softmax_dim_ok(sink) else "the softmax is not over the last axis",
+            ]
+            why = "; ".join(w for w in (why, *extra) if w)
         why = why or leaks(plan, members, (bmm2.name,)) or plan.blocker(members)
         if why:
             plan.miss(FLASH_ATTENTION, members, why)

@@ -21,7 +21,16 @@ from msprof_py.device.costmodel import KernelCost
 from msprof_py.device.records import TaskType
 from msprof_py.device.spec import DeviceSpec
 from msprof_py.graph.fused_cost import fused_cost
-from msprof_py.graph.ir import Graph, GraphKernel, KernelSpec, Node, NodeKind, PassRecord, ValueRef
+from msprof_py.graph.ir import (
+    Graph,
+    GraphKernel,
+    KernelSpec,
+    Node,
+    NodeKind,
+    PassRecord,
+    ValueRef,
+    kernel_names,
+)
 
 #: ops whose result differs call to call: never merged by CSE, never folded
 RANDOM_TARGETS = frozenset(
@@ -84,6 +93,8 @@ class Plan:
         self.graph = graph
         self.spec = spec
         self.order = {n.name: i for i, n in enumerate(graph.nodes)}
+        #: launch names of each node's eager kernels (unique in the graph)
+        self.kernel_names = kernel_names(graph)
         #: CSE: a duplicate's value -> the original's
         self.alias: dict[ValueRef, ValueRef] = {}
         #: node -> why it launches nothing ("cse: same as x", "dead", "constant-folded")
@@ -413,7 +424,7 @@ class Plan:
         count = len(node.kernels)
         return [
             GraphKernel(
-                node.name if count == 1 else f"{node.name}_{k}",
+                self.kernel_names[node.name][k],
                 kernel.op_type,
                 kernel.cost,
                 (node.name,),

@@ -128,8 +128,14 @@ def test_msprof_analyze_advisor_reads_the_compiled_export(run: dict, tmp_path: P
     assert "Conv2D" in block_dim and any(t in block_dim for t in types - {"Conv2D"})
 
 
-def test_analysis_splits_the_step_and_describes_the_graphs(run: dict) -> None:
-    a = msprof_py.analyze(run["path"], warmup=0, keep_outliers=True)  # every step
+@pytest.fixture(scope="module")
+def analysis(run: dict):
+    """The run analysed once, every step included."""
+    return msprof_py.analyze(run["path"], warmup=0, keep_outliers=True)
+
+
+def test_analysis_splits_the_step_and_describes_the_graphs(run: dict, analysis) -> None:
+    a = analysis
     summary = a.graphs["summary"][0]
     assert summary["compiled"] is True and summary["graphs"] == len(run["plans"])
     p = run["profile"]
@@ -172,3 +178,68 @@ def test_graph_kernels_name_the_module_their_nodes_ran_in(run: dict) -> None:
     assert (bwd["module_path"] == "").all()  # AOT backward nodes carry no module stack
     data = prepare(p, rank=0)
     assert set(aicpu.tasks(data)["source"]) == {"BatchNorm2d"}
+
+
+def _cells(t: dict) -> list[dict[str, str]]:
+    """A report table's rows as {header: shown text}."""
+    names = [c["name"] for c in t["columns"]]
+    return [dict(zip(names, (v[0] for v in row), strict=True)) for row in t["rows"]]
+
+
+def test_report_graph_section_lists_each_graph_by_its_last_plan(run: dict, analysis) -> None:
+    from msprof_py.report.graphs import graph_section
+    from msprof_py.report.tables import size
+
+    section = graph_section(run["profile"], analysis)
+    assert section is not None
+    rows = {r["Graph"]: r for r in _cells(section["graphs"])}
+    assert set(rows) == set(run["plans"])
+    for name, plans in run["plans"].items():
+        plan, row = plans[-1], rows[name]
+        ops = [n for n in plan.graph.nodes if n.is_op]
+        assert row["Op nodes (before passes)"] == str(len(ops))
+        computed = {m for k in plan.kernels for m in k.members}
+        assert row["Nodes in kernels (after passes)"] == str(len(computed)) and computed
+        assert row["Kernels eager"] == str(sum(len(n.kernels) for n in ops))
+        assert row["Kernels launched"] == str(len(plan.kernels))
+        fused = sorted(k.pass_name for k in plan.kernels if k.pass_name)
+        assert row["Fused kernels"] == str(len(fused))
+        assert row["Fused kernels by pass"] == ", ".join(
+            f"{p} {fused.count(p)}" for p in sorted(set(fused))
+        )
+        assert row["Pass hits"] == str(sum(r.hit for r in plan.records))
+        assert row["Pass misses"] == str(sum(not r.hit for r in plan.records))
+        assert row["Workspace (reuse)"] == size(plan.memory.workspace_bytes)
+        assert row["Workspace (no reuse)"] == size(plan.memory.no_reuse_bytes)
+        assert row["Reuse ratio"] == f"{plan.memory.reuse_ratio * 100:.1f}%"
+        assert row["Streams"] == str(plan.streams) and row["Events"] == str(plan.events)
+        assert row["Calls per step"] == "1"  # one forward and one backward call a step
+    # the pass table: every (pass, outcome) of the last plans, the fusion among them
+    passes = _cells(section["passes"])
+    assert {(r["Graph"], r["Pass"], r["Outcome"]) for r in passes} == {
+        (name, r.pass_name, "hit" if r.hit else "miss")
+        for name, plans in run["plans"].items()
+        for r in plans[-1].records
+    }
+    # compiled vs eager: the analysis's split, the shares summing to one
+    s = analysis.graphs["summary"][0]
+    split = {r["Part"]: r for r in _cells(section["split"])}
+    assert split["compiled graphs"]["Device time per step (us)"] == (
+        f"{s['graph_device_ns_per_step'] / 1e3:,.1f}"
+    )
+    assert (
+        split["eager"]["Device time per step (us)"] == f"{s['eager_device_ns_per_step'] / 1e3:,.1f}"
+    )
+    share = s["graph_device_share"]
+    assert split["compiled graphs"]["Share of device time"] == f"{share * 100:.1f}%"
+    assert split["eager"]["Share of device time"] == f"{(1 - share) * 100:.1f}%"
+
+
+@pytest.mark.slow
+def test_html_report_has_the_graph_mode_section(run: dict, analysis) -> None:
+    from msprof_py.report.build import build_html
+
+    html = build_html(run["profile"], analysis)
+    assert '<section id="graph-mode">' in html and 'href="#graph-mode"' in html
+    for name in run["plans"]:
+        assert f'<td data-v="{name}">{name}</td>' in html

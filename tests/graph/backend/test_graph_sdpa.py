@@ -62,9 +62,10 @@ def test_sdpa_is_one_flash_attention_node(npu: SimulatedNpu, dtype: torch.dtype)
 
 
 def test_fp32_sdpa_keeps_the_math_path(npu: SimulatedNpu) -> None:
-    """fp32: eager runs the math path; the graph holds torch's math decomposition (whose
-    matmul-softmax-matmul chain the attention pass may still fuse). Its values are close to,
-    not bitwise, the CPU's (the CPU runs its own flash kernel, a different summation order)."""
+    """fp32: eager runs the math path; the graph holds torch's math decomposition, which the
+    attention pass does not fuse either (FlashAttentionScore is fp16/bf16 only: a recorded
+    miss). Its values are close to, not bitwise, the CPU's (the CPU runs its own flash
+    kernel, a different summation order)."""
     torch.manual_seed(0)
     model = TinyAttention()
     x = torch.randn(2, 64, 32)
@@ -80,3 +81,7 @@ def test_fp32_sdpa_keeps_the_math_path(npu: SimulatedNpu) -> None:
     [miss] = [r for r in graph.last_plan.records if r.pass_name == SDPA_PASS]
     assert not miss.hit and "bmm" in miss.nodes
     assert miss.reason.startswith("float32 SDPA on Ascend910B")
+    # ... and its decomposition is no FlashAttentionScore hit: a miss with the same cause
+    [fa] = [r for r in graph.last_plan.records if r.pass_name == "FlashAttentionFusionPass"]
+    assert not fa.hit and fa.reason.endswith("float16 and bfloat16 only, not float32")
+    assert "FlashAttentionScore" not in _op_types("_forward")

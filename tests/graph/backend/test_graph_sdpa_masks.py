@@ -82,6 +82,14 @@ def test_masked_gqa_dropout_attention_is_fused_and_bitwise_eager(npu: SimulatedN
     assert fw_types.count("FlashAttentionScore") == 3 and fw_types.count("DropOutGenMaskV3") == 1
     assert bw_types.count("FlashAttentionScoreGrad") == 3
     assert not {"BatchMatMul", "SoftmaxV2", "SoftmaxGrad"} & set(fw_types + bw_types)
+    # the dropout call's node launches two kernels; the next SDPA node is called <node>_1:
+    # launch names stay unique (the two kernels are <node>_k0, <node>_k1)
+    for plan in (forward, backward):
+        names = [k.name for k in plan.kernels]
+        assert len(set(names)) == len(names), names
+    fused = "_scaled_dot_product_fused_attention_overrideable"
+    fw_names = [k.name for k in forward.kernels]
+    assert {f"{fused}_k0", f"{fused}_k1", f"{fused}_1"} <= set(fw_names)
     hits = [r for r in forward.records if r.pass_name == SDPA_PASS]
     assert len(hits) == 3 and all(r.hit for r in hits)
     bool_mask, additive, causal = (r.reason for r in hits)

@@ -304,6 +304,59 @@ def test_attention_is_a_miss_on_910a_with_the_reason() -> None:
     assert "Atlas A2/A3" in miss.reason and "Ascend910A" in miss.reason
 
 
+def test_fp32_attention_is_a_miss_with_the_reason() -> None:
+    """FlashAttentionScore is fp16/bf16 only (as eager and the SDPA tracing decide)."""
+    _, g, _ = _attention(A2, "float32")
+    result = run_passes(g, A2)
+    assert not _fused(result, "FlashAttentionFusionPass")
+    [miss] = _misses(result, "FlashAttentionFusionPass")
+    assert miss.nodes == ("bmm", "scale", "masked", "softmax", "bmm_1")
+    assert miss.reason == "FlashAttentionScore supports float16 and bfloat16 only, not float32"
+    assert "FlashAttentionScore" not in {k.op_type for k in result.kernels}
+
+
+def _attention_4d(mask_shape: tuple[int, ...], dtype: str = "float16"):
+    """The decomposition torch traces for SDPA: bmm over [B*N, S, S], viewed to [B, N, S, S]
+    for the mask add (broadcast), softmax, viewed back for the second bmm."""
+    b = Builder(A2, dtype)
+    bs, n, s, d = 2, 4, 64, 32
+    q, k, v = (b.input(x, (bs * n, s, d)) for x in "qkv")
+    mask = b.input("mask", mask_shape)
+    kt = b.op("kt", "transpose", [k], (bs * n, d, s))
+    sc = b.op("bmm", "bmm", [q, kt], (bs * n, s, s), mnk=(bs * n, s, s, d))
+    sc = b.op("view", "view", [sc], (bs, n, s, s))
+    sc = b.op("add", "add", [sc, mask], (bs, n, s, s))
+    p = b.op("softmax", "_safe_softmax", [sc], attrs={"dim": -1})
+    p = b.op("view_1", "view", [p], (bs * n, s, s))
+    o = b.op("bmm_1", "bmm", [p, v], (bs * n, s, d), mnk=(bs * n, s, d, s))
+    return b.graph(o)
+
+
+@pytest.mark.parametrize("mask", [(64, 64), (2, 1, 64, 64), (1, 4, 64, 64), (2, 4, 64, 64)])
+def test_attention_mask_shaped_as_atten_mask_fuses(mask: tuple[int, ...]) -> None:
+    result = run_passes(_attention_4d(mask), A2)
+    [k] = _fused(result, "FlashAttentionFusionPass")
+    assert k.op_type == "FlashAttentionScore" and "add" in k.members
+
+
+@pytest.mark.parametrize("mask", [(2, 1, 1, 64), (1, 64), (2, 3, 64, 64), (4, 64, 64)])
+def test_attention_mask_broadcast_over_queries_is_a_miss(mask: tuple[int, ...]) -> None:
+    result = run_passes(_attention_4d(mask), A2)
+    assert not _fused(result, "FlashAttentionFusionPass")
+    [miss] = _misses(result, "FlashAttentionFusionPass")
+    assert miss.reason == (
+        f"unsupported mask shape {list(mask)}: FlashAttentionScore's atten_mask is "
+        "[Sq, Skv] or [B|1, N|1, Sq, Skv] with Sq=64, Skv=64"
+    )
+
+
+def test_attention_miss_lists_every_reason() -> None:
+    result = run_passes(_attention_4d((2, 1, 1, 64), "float32"), A2)
+    [miss] = _misses(result, "FlashAttentionFusionPass")
+    assert miss.reason.startswith("FlashAttentionScore supports float16 and bfloat16 only")
+    assert "; unsupported mask shape [2, 1, 1, 64]" in miss.reason
+
+
 def test_attention_backward_becomes_flash_attention_grad() -> None:
     b = Builder(A2)
     bh, s, d = 8, 128, 64

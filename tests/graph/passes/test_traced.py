@@ -36,12 +36,19 @@ def _passes(graphs):
 
 @pytest.mark.slow
 def test_transformer_block_forward_and_backward() -> None:
-    graphs = trace(_Block(), torch.randn(2, 5, 32, requires_grad=True), torch.zeros(5, 5))
-    results = _passes(graphs)
+    bf16 = torch.bfloat16
+    x = torch.randn(2, 5, 32, dtype=bf16, requires_grad=True)
+    results = _passes(trace(_Block().to(bf16), x, torch.zeros(5, 5, dtype=bf16)))
     fw = {k.pass_name for k in results["fw"].kernels}
     assert {"FlashAttentionFusionPass", "MatMulEpilogueFusionPass"} <= fw
     bw = {k.pass_name for k in results["bw"].kernels}
     assert "FlashAttentionGradFusionPass" in bw
+    # in float32 the same block is a recorded miss both ways (FlashAttentionScore is fp16/bf16)
+    results = _passes(trace(_Block(), torch.randn(2, 5, 32, requires_grad=True), torch.zeros(5, 5)))
+    for role, name in (("fw", "FlashAttentionFusionPass"), ("bw", "FlashAttentionGradFusionPass")):
+        assert name not in {k.pass_name for k in results[role].kernels}
+        [miss] = [r for r in results[role].records if r.pass_name == name]
+        assert not miss.hit and "not float32" in miss.reason
 
 
 def test_cnn_training_and_mlp() -> None:
