@@ -135,22 +135,29 @@ CONV_BN_RELU = [
 
 
 def conv_pipeline(
-    kernel_us: int, steps: int = 3, ops: list[tuple[str, str, str, dict]] = CONV_BN_RELU
+    kernel_us: int,
+    steps: int = 3,
+    ops: list[tuple[str, str, str, dict]] = CONV_BN_RELU,
+    sequences: list[int] | None = None,
 ) -> Profile:
     """:func:`pipeline`'s steps with their kernels launched by a chain of host ops (one
-    launch each; a Conv+BN+ReLU chain unless ``ops`` says otherwise)."""
+    launch each; a Conv+BN+ReLU chain unless ``ops`` says otherwise; ``sequences``: each
+    op's autograd sequence number)."""
     b = Builder()
     host = arrival = tail = 0
     for s in range(steps):
         step_start = host
-        for name, ins, out, cols in ops:
+        for i, (name, ins, out, cols) in enumerate(ops):
             h_end = host + STAGE1
             arrival = max(h_end, arrival) + STAGE2
             start = max(arrival, tail)
             wait = start - tail if tail else 0
             tail = start + kernel_us * US
             dtypes = ";".join(["float32"] * len(ins.split(";")))
-            op = b.event("op", name, host, h_end, step=s, input_shapes=ins, input_dtypes=dtypes)
+            seq = {"sequence": sequences[i]} if sequences else {}
+            op = b.event(
+                "op", name, host, h_end, step=s, input_shapes=ins, input_dtypes=dtypes, **seq
+            )
             tid = b.task(
                 start, tail, launch_ns=arrival, wait_ns=wait, step=s, host_op_id=op,
                 name=name, output_shapes=out, output_dtypes="float32", **cols,
@@ -275,6 +282,39 @@ def test_fusion_attention_estimates_the_replayed_gain(kernel_us: int, before_us:
     assert saved == pytest.approx(4 * kernel_us - fused, abs=1e-3)
     assert found.estimated_gain_us == pytest.approx(before_us - fused, abs=1e-3)
     assert gains.joint(d, [found])["rules"] == ["fusion_attention"]
+
+
+#: the attention's backward: the ops autograd runs in the forward ops' nodes (sequence - 1)
+ATTENTION_BACKWARD = [
+    ("aten::bmm", "4,8,8;4,8,2", "4,8,2", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+    ("aten::_softmax_backward_data", "1,4,8,8;1,4,8,8", "1,4,8,8", {}),
+    ("aten::div", "1,4,8,8", "1,4,8,8", {}),
+    ("aten::bmm", "4,8,8;4,8,2", "4,8,2", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+]
+
+
+@pytest.mark.parametrize(("kernel_us", "before_us"), [(3, 94), (30, 261)])
+def test_fusion_attention_replays_forward_and_backward_as_one_kernel_each(
+    kernel_us: int, before_us: int
+) -> None:
+    """Eight kernels (the last arrives at 86, ends 89, sync 94; or ends at 256, sync 261).
+    Fused: FlashAttentionScore (F us) at 16; FlashAttentionScoreGrad (G us) launched second
+    (host 6-12, arrival 26), from the later of 26 and 16 + F; the sync 5 us after it."""
+    from msprof_py.analyzers import recost
+
+    d = data(conv_pipeline(kernel_us, ops=ATTENTION + ATTENTION_BACKWARD,
+                           sequences=[10, 11, 12, 13, 12, 11, 10, 9]))  # fmt: skip
+    found = engine.run_rule("fusion_attention", RuleContext(d, {0: d}, None))
+    assert found.status == "fired", found.message
+    assert found.evidence["backward_found"] is True
+    costs = recost.attention(d)
+    (fwd,) = set(costs["fused_forward_ns"] / US)
+    (bwd,) = set(costs["fused_backward_ns"] / US)
+    assert fwd > 0 and bwd > 0
+    after = max(26, 16 + fwd) + bwd + 5
+    assert found.estimated_gain_us == pytest.approx(before_us - after, abs=1e-3)
+    saved = found.evidence["device_saved_us_per_step"]
+    assert saved == pytest.approx(8 * kernel_us - fwd - bwd, abs=1e-3)
 
 
 def per_kernel(d: context.RankData, kernels: dict[int, int]) -> pd.Series:
