@@ -17,8 +17,9 @@ step time itself. The combined figure is an **upper bound** built from the step'
 
 It is not a re-costed estimate: doing everything gains at most this much. Beside it,
 :func:`joint` gives a **re-costed** combined gain: the step replayed once with the changes of
-every fired finding the replay can express applied together (TransData removed, Conv+BN+ReLU
-chains fused, AI CPU tasks re-costed: :mod:`msprof_py.analyzers.replay`); the findings it
+every fired finding the replay can express applied together (TransData removed, every fusion
+rule's chains and the attentions fused, AI CPU tasks re-costed:
+:mod:`msprof_py.analyzers.replay`); the findings it
 cannot express (host dispatch, syncs, batch size, AMP, the optimizer...) stay only in the
 bound.
 """

@@ -195,6 +195,8 @@ ATTENTION_COLUMNS = [
     "forward_ns",
     "backward_ns",
     "fused_ns",
+    "fused_forward_ns",
+    "fused_backward_ns",
     "saved_ns",
     "host_ns",
     "host_saved_ns",
@@ -245,9 +247,11 @@ def attention(data: RankData) -> pd.DataFrame:
     bwd = per[per["backward"]].set_index("match")
     matches = found.matches.set_index("match")
     has_bwd = matches.index.isin(bwd.index)
-    fused = np.array(
-        [_flash_ns(spec, r, b) for r, b in zip(matches.itertuples(), has_bwd, strict=True)]
-    )
+    split = np.array(
+        [_flash_ns(spec, r, b) for r, b in zip(matches.itertuples(), has_bwd, strict=True)],
+        dtype=float,
+    ).reshape(-1, 2)
+    fused = split.sum(axis=1)
     idx = matches.index
     device = fwd["device_ns"].reindex(idx).fillna(0) + bwd["device_ns"].reindex(idx).fillna(0)
     host_total = fwd["host_ns"].reindex(idx).fillna(0) + bwd["host_ns"].reindex(idx).fillna(0)
@@ -261,6 +265,8 @@ def attention(data: RankData) -> pd.DataFrame:
             "forward_ns": fwd["device_ns"].reindex(idx).fillna(0).to_numpy(),
             "backward_ns": bwd["device_ns"].reindex(idx).fillna(0).to_numpy(),
             "fused_ns": fused,
+            "fused_forward_ns": split[:, 0],
+            "fused_backward_ns": split[:, 1],
             "saved_ns": np.clip(device.to_numpy() - fused, 0, None),
             "host_ns": host_total.to_numpy(),
             "host_saved_ns": (host_total - host_kept).to_numpy(),
@@ -271,9 +277,10 @@ def attention(data: RankData) -> pd.DataFrame:
     return out
 
 
-def _flash_ns(spec: DeviceSpec, r: object, backward: bool) -> float:
-    """Device time of the fused kernels replacing one attention ``r`` (a row of the
-    attention matches): FlashAttentionScore (+ Grad), with its dropout masks."""
+def _flash_ns(spec: DeviceSpec, r: object, backward: bool) -> tuple[float, float]:
+    """Device time (forward, backward) of the fused kernels replacing one attention ``r`` (a
+    row of the attention matches): FlashAttentionScore and FlashAttentionScoreGrad (0 without
+    a recorded backward), each with its dropout mask."""
     batch, sq, skv, d, dv = (int(getattr(r, k)) for k in ("batch", "sq", "skv", "d", "dv"))
     dtype = str(r.dtype)
     try:
@@ -288,15 +295,16 @@ def _flash_ns(spec: DeviceSpec, r: object, backward: bool) -> float:
     drop_bytes = drop.bytes if drop is not None else 0
     drop_ns = drop.duration_ns if drop is not None else 0
     forward_bytes = q + k + v + mask + o + stats + drop_bytes
-    total = (
+    forward = (
         drop_ns
         + flash_attention_cost(
             spec, batch=batch, sq=sq, skv=skv, d=d, dv=dv, dtype=dtype, nbytes=forward_bytes
         ).duration_ns
     )
+    back = 0.0
     if backward:  # reads q, k, v, mask, dout, out, the statistics; writes dq, dk, dv
         back_bytes = q + k + v + mask + 2 * o + stats + drop_bytes + q + k + v
-        total += (
+        back = (
             drop_ns
             + flash_attention_cost(
                 spec,
@@ -310,7 +318,7 @@ def _flash_ns(spec: DeviceSpec, r: object, backward: bool) -> float:
                 backward=True,
             ).duration_ns
         )
-    return float(total)
+    return float(forward), float(back)
 
 
 def amp(data: RankData) -> pd.DataFrame:

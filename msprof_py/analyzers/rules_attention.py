@@ -1,22 +1,32 @@
 """The fusion_attention rule: attention written as separate kernels, re-costed as FlashAttention.
 
 The attentions come from the dataflow (:mod:`msprof_py.analyzers.attention`), their re-cost
-from :func:`msprof_py.analyzers.recost.attention`. The gain counts both what the device
-saves (the chain's kernels, forward and backward, against one ``FlashAttentionScore`` and one
-``FlashAttentionScoreGrad``) and what the host saves (the dispatch of every op but one per
-direction), combined as the fused-optimizer rule combines them: added where host and device
-work run one after the other, the larger where they overlap.
+from :func:`msprof_py.analyzers.recost.attention`. The gain is the step time the recorded
+launches and syncs lose when replayed (:mod:`msprof_py.analyzers.replay`) with each
+attention's forward as one ``FlashAttentionScore`` kernel and its backward as one
+``FlashAttentionScoreGrad`` (the first cube kernel of each direction at the fused duration,
+the direction's other kernels and copies and their launches gone): the device time, the host
+launches and the launch-pipeline slots it saves, where the step waits for them. The change is
+kept for the joint estimate. Without host launch records to replay, the device saving (the
+chain's kernels against the fused ones) and the host saving (the dispatch of every op but
+one per direction) are combined as the fused-optimizer rule combines them: added where host
+and device work run one after the other, the larger where they overlap.
 """
 
 from __future__ import annotations
 
 import math
 
-from msprof_py.analyzers import attention, recost
+import numpy as np
+import pandas as pd
+
+from msprof_py.analyzers import attention, recost, replay
+from msprof_py.analyzers.context import RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec
 from msprof_py.analyzers.rules_compute import (
     RuleContext,
     _serial_gain,
+    chains_change,
     match_groups,
     match_values,
     need_host_ops,
@@ -44,7 +54,10 @@ def fusion_attention(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if per_step < spec.thresholds.get("min_per_step", 1) or device_saved <= 0:
         return spec.ok(data.rank, {"attentions_per_step": per_step})
     host_saved = float(sel["host_saved_ns"].sum()) / n
-    gain_ns, overlap = _serial_gain(data, host_saved, device_saved)
+    serial_ns, overlap = _serial_gain(data, host_saved, device_saved)
+    change = attention_change(data, found, sel)
+    replayed = None if change is None else replay.record(data, spec.name, *change)
+    gain_ns = serial_ns if replayed is None else replayed
     first = {col: (col, "first") for col in ("batch", "sq", "skv", "d", "dv")}
     groups = match_groups(sel, ["form", "ops", "module", "dtype"], **first)
     top = groups.iloc[0]
@@ -59,6 +72,8 @@ def fusion_attention(ctx: RuleContext, spec: RuleSpec) -> Finding:
         "device_saved_us_per_step": us(device_saved),
         "host_dispatch_saved_us_per_step": us(host_saved),
         "host_device_overlap": overlap,
+        "serial_gain_us_per_step": us(serial_ns),
+        "replayed": replayed is not None,
         "backward_found": bool(sel["has_backward"].all()),
         "apply": {"attention": "npu_fusion_attention"},
         "apis": [
@@ -90,6 +105,29 @@ def fusion_attention(ctx: RuleContext, spec: RuleSpec) -> Finding:
         ],
     }
     return spec.fire(values, values["share"], us(gain_ns), data.rank, evidence)
+
+
+def attention_change(
+    data: RankData, found: attention.Attention, sel: pd.DataFrame
+) -> tuple[pd.Series, pd.Series] | None:
+    """The replay's change if each attention of ``sel`` (matches with their fused forward
+    and backward durations) ran as npu_fusion_attention: each direction of each attention is
+    a chain (:func:`msprof_py.analyzers.rules_compute.chains_change`) fused to one kernel
+    (a dropout's mask generation folded into it)."""
+    m = found.members
+    m = m[m["match"].isin(sel["match"])]
+    back = (m["phase"] == "backward").to_numpy()
+    ops = pd.DataFrame(
+        {"match": m["match"].to_numpy(np.int64) * 2 + back, "event_id": m["event_id"].to_numpy()}
+    )
+    c = sel.set_index("match")
+    fused = pd.concat(
+        [
+            pd.Series(c["fused_forward_ns"].to_numpy(float), index=c.index.to_numpy() * 2),
+            pd.Series(c["fused_backward_ns"].to_numpy(float), index=c.index.to_numpy() * 2 + 1),
+        ]
+    )
+    return chains_change(data, ops, fused)
 
 
 def _fix(soc: str, dtype: str, dropout: bool, form: str) -> str:

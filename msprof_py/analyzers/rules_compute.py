@@ -176,13 +176,14 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
             for r in groups.head(5).itertuples()
         ],
     }
-    gain = saved / n
-    if spec.extra.get("estimate") == "replay":  # kept for the joint estimate (gains.joint)
-        change = fusion_change(data, sel)
-        replayed = None if change is None else replay.record(data, spec.name, *change)
-        evidence["device_saved_us_per_step"] = us(saved / n)
-        evidence["replayed"] = replayed is not None
-        gain = gain if replayed is None else replayed
+    # the gain: the step time the replayed launches and syncs lose with each chain as one
+    # kernel (kept for the joint estimate, gains.joint); the device time saved without
+    # host launch records to replay
+    change = fusion_change(data, sel)
+    replayed = None if change is None else replay.record(data, spec.name, *change)
+    evidence["device_saved_us_per_step"] = us(saved / n)
+    evidence["replayed"] = replayed is not None
+    gain = saved / n if replayed is None else replayed
     finding = spec.fire(values, values["share"], us(gain), data.rank, evidence)
     finding.message += (" " + outcomes["sentence"]) if outcomes["sentence"] else ""
     finding.advice += compiled_note(data)
@@ -190,15 +191,24 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
 
 
 def fusion_change(data: RankData, sel: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
-    """The replay's change (tasks removed, task durations) if each chain of ``sel`` (pattern
-    matches with their ``fused_ns``) ran as one fused kernel: the chain's first cube kernel
-    (its first task where none runs on the cube) takes the fused duration, and its other
-    tasks go with their launches (a fused op is one launch); None without host launch
-    records. The host time of the ops outside their launches is kept."""
-    if not (data.all_host["kind"] == "launch").any():
-        return None
+    """The replay's change if each chain of ``sel`` (pattern matches with their
+    ``fused_ns``) ran as one fused kernel (:func:`chains_change`)."""
     ops = recost.fusion_members(data)
     ops = ops[ops["match"].isin(sel["match"])]
+    return chains_change(data, ops, sel.set_index("match")["fused_ns"])
+
+
+def chains_change(
+    data: RankData, ops: pd.DataFrame, fused: pd.Series
+) -> tuple[pd.Series, pd.Series] | None:
+    """The replay's change (tasks removed, task durations) if each chain of host ops ran as
+    one fused kernel: ``ops`` has a chain key (``match``) and the ``event_id`` of each of its
+    host ops, ``fused`` the fused duration (ns) by chain key. The chain's first cube task
+    (its first task where none runs on the cube) takes the fused duration, and its other
+    tasks go with their launches (a fused op is one launch); None without host launch
+    records (or tasks). The host time of the ops outside their launches is kept."""
+    if not (data.all_host["kind"] == "launch").any():
+        return None
     tasks = data.tasks
     t = tasks.loc[
         tasks["host_op_id"].isin(ops["event_id"]) & tasks["kind"].isin((KERNEL, "memcpy")),
@@ -211,7 +221,6 @@ def fusion_change(data: RankData, sel: pd.DataFrame) -> tuple[pd.Series, pd.Seri
     # the kept task per chain: its first cube task, else its first task
     keep = t.sort_values(["cube", "task_id"], ascending=[False, True], kind="stable")
     keep = keep.drop_duplicates("match")
-    fused = sel.set_index("match")["fused_ns"]
     durations = pd.Series(
         fused.reindex(keep["match"]).to_numpy(float), index=keep["task_id"].to_numpy()
     )

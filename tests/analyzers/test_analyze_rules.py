@@ -145,20 +145,19 @@ def gelu(present: bool = True) -> Profile:
 
 
 def elementwise(chains: int = 2) -> Profile:
+    """``chains`` elementwise chains, each followed by a matmul, launched back to back (the
+    replayed gain needs a step the host does not bind)."""
     b = base()
-    t = 0
+    ops = []
     for i in range(chains):
         x = f"{1000 + i}"
-        t = chain(
-            b,
-            t,
-            [
-                ("aten::add", f"{x};{x}", x, {"bytes": 8000}),
-                ("aten::mul", x, x, {"bytes": 8000}),
-                ("aten::sigmoid", x, x, {"bytes": 8000}),
-            ],
-        )
-        t = chain(b, t, [("aten::mm", "64,64;64,64", "64,64", {"task_type": "AI_CORE"})])
+        ops += [
+            ("aten::add", f"{x};{x}", x, {"bytes": 8000}),
+            ("aten::mul", x, x, {"bytes": 8000}),
+            ("aten::sigmoid", x, x, {"bytes": 8000}),
+            ("aten::mm", "64,64;64,64", "64,64", {"task_type": "AI_CORE"}),
+        ]
+    chain(b, 0, ops)
     return b.build()
 
 

@@ -134,21 +134,30 @@ CONV_BN_RELU = [
 ]  # fmt: skip
 
 
-def conv_pipeline(kernel_us: int, steps: int = 3) -> Profile:
-    """:func:`pipeline`'s steps with the three kernels launched by a Conv+BN+ReLU chain of
-    host ops (one launch each)."""
+def conv_pipeline(
+    kernel_us: int,
+    steps: int = 3,
+    ops: list[tuple[str, str, str, dict]] = CONV_BN_RELU,
+    sequences: list[int] | None = None,
+) -> Profile:
+    """:func:`pipeline`'s steps with their kernels launched by a chain of host ops (one
+    launch each; a Conv+BN+ReLU chain unless ``ops`` says otherwise; ``sequences``: each
+    op's autograd sequence number)."""
     b = Builder()
     host = arrival = tail = 0
     for s in range(steps):
         step_start = host
-        for name, ins, out, cols in CONV_BN_RELU:
+        for i, (name, ins, out, cols) in enumerate(ops):
             h_end = host + STAGE1
             arrival = max(h_end, arrival) + STAGE2
             start = max(arrival, tail)
             wait = start - tail if tail else 0
             tail = start + kernel_us * US
             dtypes = ";".join(["float32"] * len(ins.split(";")))
-            op = b.event("op", name, host, h_end, step=s, input_shapes=ins, input_dtypes=dtypes)
+            seq = {"sequence": sequences[i]} if sequences else {}
+            op = b.event(
+                "op", name, host, h_end, step=s, input_shapes=ins, input_dtypes=dtypes, **seq
+            )
             tid = b.task(
                 start, tail, launch_ns=arrival, wait_ns=wait, step=s, host_op_id=op,
                 name=name, output_shapes=out, output_dtypes="float32", **cols,
@@ -173,6 +182,139 @@ def test_fusion_conv_bn_relu_estimates_the_replayed_gain(kernel_us: int, gain_us
     assert found.evidence["replayed"] is True
     assert found.evidence["device_saved_us_per_step"] == pytest.approx(2 * kernel_us, abs=1e-3)
     assert found.estimated_gain_us == pytest.approx(gain_us, abs=1e-3)
+
+
+#: chains of the other fusion rules (tiny tensors, no flops recorded: a vector chain's fused
+#: kernel is the 3 us of device scheduling; a cube chain's, its matmul's kernel)
+X, R = "2,8", "2,1"
+MATMUL = ("aten::mm", "2,2;2,2", "2,2", {"task_type": "AI_CORE", "op_type": "MatMul"})
+
+
+def _ew(x: str) -> list[tuple[str, str, str, dict]]:
+    return [("aten::add", f"{x};{x}", x, {}), ("aten::mul", x, x, {}), ("aten::sigmoid", x, x, {})]
+
+
+CHAINS = {
+    "fusion_matmul_epilogue": [
+        ("aten::addmm", "4;2,2;2,4", "2,4", {"task_type": "AI_CORE", "op_type": "MatMulV2"}),
+        ("aten::gelu", "2,4", "2,4", {"op_type": "Gelu"}),
+    ],
+    "fusion_norm_chain": [
+        ("aten::mean", X, R, {}), ("aten::sub", f"{X};{R}", X, {}), ("aten::pow", X, X, {}),
+        ("aten::mean", X, R, {}), ("aten::add", R, R, {}), ("aten::rsqrt", R, R, {}),
+        ("aten::mul", f"{X};{R}", X, {}),
+    ],
+    "fusion_softmax_chain": [
+        ("aten::amax", X, R, {}), ("aten::sub", f"{X};{R}", X, {}), ("aten::exp", X, X, {}),
+        ("aten::sum", X, R, {}), ("aten::div", f"{X};{R}", X, {}),
+    ],
+    "fusion_gelu_chain": [
+        ("aten::div", X, X, {}), ("aten::erf", X, X, {}), ("aten::add", X, X, {}),
+        ("aten::mul", f"{X};{X}", X, {}), ("aten::mul", X, X, {}),
+    ],
+    # two chains per step (the rule's threshold), each followed by a matmul
+    "fusion_elementwise_chain": [*_ew("5"), MATMUL, *_ew("6"), MATMUL],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("rule", "kernel_us", "gain_us", "saved_us"),
+    [
+        # addmm + gelu: 16-19 (+ 26-29), sync 34 -> 16-19, sync 24; 16-46, 46-76, sync 81 ->
+        # sync 51; the fused kernel is the addmm's
+        ("fusion_matmul_epilogue", 3, 10, 3),
+        ("fusion_matmul_epilogue", 30, 30, 30),
+        # 7 kernels, the last arriving at 76 (ends 79, sync 84) or ending at 226 (sync 231);
+        # fused: 16-19, sync 24
+        ("fusion_norm_chain", 3, 60, 18),
+        ("fusion_norm_chain", 30, 207, 207),
+        # 5 kernels: sync 64 or 171 -> 24
+        ("fusion_softmax_chain", 3, 40, 12),
+        ("fusion_softmax_chain", 30, 147, 147),
+        ("fusion_gelu_chain", 3, 40, 12),
+        ("fusion_gelu_chain", 30, 147, 147),
+        # 8 kernels (sync 94 or 261) -> fused 16-19, mm 26-29 or 26-56, fused 36-39 or
+        # 56-59, mm 46-49 or 59-89, sync 54 or 94: device-bound, the second fused kernel
+        # waits for the matmul and the first matmul's arrival is exposed (167 < 174 saved)
+        ("fusion_elementwise_chain", 3, 40, 12),
+        ("fusion_elementwise_chain", 30, 167, 174),
+    ],
+)
+def test_every_fusion_rule_estimates_the_replayed_gain(
+    rule: str, kernel_us: int, gain_us: int, saved_us: int
+) -> None:
+    """Each chain replayed as one kernel at its fused duration, its other kernels and their
+    launches gone (the answers by hand on :func:`conv_pipeline`'s timelines); the device
+    time saved stays in the evidence; the change joins the joint estimate."""
+    d = data(conv_pipeline(kernel_us, ops=CHAINS[rule]))
+    found = engine.run_rule(rule, RuleContext(d, {0: d}, None))
+    assert found.status == "fired", found.message
+    assert found.evidence["replayed"] is True
+    assert found.evidence["device_saved_us_per_step"] == pytest.approx(saved_us, abs=1e-3)
+    assert found.estimated_gain_us == pytest.approx(gain_us, abs=1e-3)
+    assert gains.joint(d, [found])["gain_us"] == pytest.approx(gain_us, abs=1e-3)
+
+
+#: a forward attention (bmm, scale, softmax, bmm on the dataflow; no backward recorded)
+ATTENTION = [
+    ("aten::bmm", "4,8,2;4,2,8", "4,8,8", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+    ("aten::div", "1,4,8,8", "1,4,8,8", {}),
+    ("aten::_softmax", "1,4,8,8", "1,4,8,8", {"op_type": "SoftmaxV2"}),
+    ("aten::bmm", "4,8,8;4,8,2", "4,8,2", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+]
+
+
+@pytest.mark.parametrize(("kernel_us", "before_us"), [(3, 33), (30, 120)])
+def test_fusion_attention_estimates_the_replayed_gain(kernel_us: int, before_us: int) -> None:
+    """Four kernels: the last arrives at 46 (ends 49, sync 54; launch-bound) or ends at 136
+    (sync 141; device-bound). As npu_fusion_attention: one FlashAttentionScore of F us (the
+    cost model's) at 16, sync at 21 + F: 33 - F or 120 - F us saved. The device time saved
+    (4 x kernel - F) and the host-and-device estimate stay in the evidence."""
+    from msprof_py.analyzers import recost
+
+    d = data(conv_pipeline(kernel_us, ops=ATTENTION))
+    found = engine.run_rule("fusion_attention", RuleContext(d, {0: d}, None))
+    assert found.status == "fired", found.message
+    (fused,) = set(recost.attention(d)["fused_forward_ns"] / US)
+    assert 0 < fused < 9
+    assert found.evidence["replayed"] is True
+    saved = found.evidence["device_saved_us_per_step"]
+    assert saved == pytest.approx(4 * kernel_us - fused, abs=1e-3)
+    assert found.estimated_gain_us == pytest.approx(before_us - fused, abs=1e-3)
+    assert gains.joint(d, [found])["rules"] == ["fusion_attention"]
+
+
+#: the attention's backward: the ops autograd runs in the forward ops' nodes (sequence - 1)
+ATTENTION_BACKWARD = [
+    ("aten::bmm", "4,8,8;4,8,2", "4,8,2", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+    ("aten::_softmax_backward_data", "1,4,8,8;1,4,8,8", "1,4,8,8", {}),
+    ("aten::div", "1,4,8,8", "1,4,8,8", {}),
+    ("aten::bmm", "4,8,8;4,8,2", "4,8,2", {"task_type": "AI_CORE", "op_type": "BatchMatMul"}),
+]
+
+
+@pytest.mark.parametrize(("kernel_us", "before_us"), [(3, 94), (30, 261)])
+def test_fusion_attention_replays_forward_and_backward_as_one_kernel_each(
+    kernel_us: int, before_us: int
+) -> None:
+    """Eight kernels (the last arrives at 86, ends 89, sync 94; or ends at 256, sync 261).
+    Fused: FlashAttentionScore (F us) at 16; FlashAttentionScoreGrad (G us) launched second
+    (host 6-12, arrival 26), from the later of 26 and 16 + F; the sync 5 us after it."""
+    from msprof_py.analyzers import recost
+
+    d = data(conv_pipeline(kernel_us, ops=ATTENTION + ATTENTION_BACKWARD,
+                           sequences=[10, 11, 12, 13, 12, 11, 10, 9]))  # fmt: skip
+    found = engine.run_rule("fusion_attention", RuleContext(d, {0: d}, None))
+    assert found.status == "fired", found.message
+    assert found.evidence["backward_found"] is True
+    costs = recost.attention(d)
+    (fwd,) = set(costs["fused_forward_ns"] / US)
+    (bwd,) = set(costs["fused_backward_ns"] / US)
+    assert fwd > 0 and bwd > 0
+    after = max(26, 16 + fwd) + bwd + 5
+    assert found.estimated_gain_us == pytest.approx(before_us - after, abs=1e-3)
+    saved = found.evidence["device_saved_us_per_step"]
+    assert saved == pytest.approx(8 * kernel_us - fwd - bwd, abs=1e-3)
 
 
 def per_kernel(d: context.RankData, kernels: dict[int, int]) -> pd.Series:
