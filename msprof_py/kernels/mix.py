@@ -25,7 +25,8 @@ the cross-core flags are what orders them.
 On a single-core block (a launch without ``kernel_type``, or a coupled chip such as 910A where
 one AI Core has both units) ``IsAic()`` and ``IsAiv()`` are both true, ``GetSubBlockNum()`` is 1
 and a cross-core flag is an in-order flag of that core (its wait needs the set earlier in
-program order).
+program order; a kernel whose AIC side waits on its AIVs, such as the FlashAttention sample,
+fails there with a one-line ``SyncError`` naming ``kernel_type``).
 
 ``CROSS_CORE_CYCLES`` [U]: no published figure was found for the AIC <-> AIV flag latency; 100
 cycles is assumed (the GM round trip of the data itself is costed by the copies).
@@ -220,9 +221,15 @@ def CrossCoreWaitFlag(flag_id: int, pipe: Pipe | str = Pipe.S) -> None:
     else:
         pending = core.cross_core_tokens.get(flag_id)
         if not pending:
+            fix = (
+                "launch it with kernel_type='mix_aic_1_2' so the AIC and AIV sides run concurrently"
+                if core.chip.split
+                else f"{core.chip.name} has no split mix kernels: set each flag before its wait"
+            )
             raise SyncError(
                 f"CrossCoreWaitFlag({flag_id}) has no CrossCoreSetFlag before it on this "
-                "single-core block: the device would hang here"
+                f"single-core block (launched without kernel_type): the device would hang "
+                f"here; {fix}"
             )
         t = pending.popleft()
     tl = core.timeline

@@ -202,6 +202,18 @@ def test_a_wait_no_one_sets_is_a_hang() -> None:
         launch(kernel, 1, kernel_type="mix_aic_1_2")
 
 
+def test_a_two_way_handoff_on_one_core_names_kernel_type() -> None:
+    # on one core the AIC side runs first, in program order: its wait for the AIVs' flag 1
+    # comes before any AIV code, so the launch fails and says how to launch it
+    x = np.zeros(6144, np.float16)
+    with pytest.raises(SyncError, match=r"^block 0: CrossCoreWaitFlag\(1\) .*kernel_type="
+                       r"'mix_aic_1_2'"):  # fmt: skip
+        launch(_handoff, 1, x)
+    with pytest.raises(SyncError, match=r"ascend910a has no split mix kernels"):
+        launch(_handoff, 1, x, chip="ascend910a")
+    assert launch(_handoff, 1, x, kernel_type="mix_aic_1_2").split_mix
+
+
 def test_mix_needs_a_split_chip() -> None:
     with pytest.raises(KernelError, match="needs a split chip"):
         launch(_handoff, 1, np.zeros(8, np.float16), chip="ascend910a", kernel_type="mix_aic_1_2")

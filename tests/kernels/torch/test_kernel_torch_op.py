@@ -15,7 +15,17 @@ import torch.nn.functional as F
 
 import msprof_py
 import msprof_py.adapter
-from msprof_py.kernels import Add, DataCopy, GetBlockIdx, GetBlockNum, TPipe, TPosition, TQue
+from msprof_py.kernels import (
+    Add,
+    DataCopy,
+    GetBlockIdx,
+    GetBlockNum,
+    SyncError,
+    TPipe,
+    TPosition,
+    TQue,
+    launch,
+)
 from msprof_py.kernels.torch_op import register
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -171,6 +181,17 @@ def test_flash_attention_kernel_equals_numpy_on_a_small_case(causal: bool, dtype
     reads = [r for r in result.instructions() if r.unit[:3] == "aiv" and r.pipe == "MTE2"]
     reads = [r for r in reads if r.nbytes == 16384]
     assert len(reads) == 4 * 2 * (2 if causal else 1)
+
+
+def test_flash_attention_without_kernel_type_fails_naming_it() -> None:
+    x = fa.make_inputs(1, 1, 128, 64)
+    t = fa.FaTiling(1, 128, 64, 0.125, 128 // fa.BR, 128 // fa.BC, 1)
+    kt = np.ascontiguousarray(x["k"].swapaxes(-1, -2))
+    args = (x["q"], kt, x["v"], x["mask"], np.zeros_like(x["q"]), fa.causal_band())
+    with pytest.raises(SyncError, match=r"^block 0: .*launched without kernel_type.*"
+                       r"kernel_type='mix_aic_1_2'"):  # fmt: skip
+        launch(fa.flash_attention, 2, *args, *fa.workspaces(2, 64, np.float16), t,
+               strict_sync=False)  # fmt: skip
 
 
 def test_causal_skips_the_tiles_right_of_the_diagonal() -> None:
