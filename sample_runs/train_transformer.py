@@ -12,18 +12,24 @@ the vocabulary, from a random start), so the loss falls quickly.
 
 ``--attention fused`` runs the attention as ``torch_npu.npu_fusion_attention`` (one
 FlashAttention kernel) instead: what ``msprof analyze`` recommends for the explicit form.
+``--attention dsl`` runs it as the FlashAttention kernel written in the kernel DSL
+(``flash_attention_kernel.py``, registered with ``torch.library``; fp16 inside the op, causal;
+its device task is timed by the kernel's pipe simulation; sequence length a multiple of 128,
+head dim a multiple of 16, no dropout).
 
     python sample_runs/train_transformer.py [--steps 5] [--batch-size 8] [--seq-len 64]
-        [--attention math|fused]
+        [--attention math|fused|dsl]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -46,8 +52,23 @@ class Config:
     n_layers: int = 2
     mlp_ratio: int = 4
     dropout: float = 0.0
-    #: "math" (matmuls and a softmax) or "fused" (torch_npu.npu_fusion_attention)
+    #: "math" (matmuls and a softmax), "fused" (torch_npu.npu_fusion_attention) or "dsl"
+    #: (the kernel DSL's FlashAttention, ``flash_attention_kernel.py``)
     attention: str = "math"
+
+
+@functools.cache
+def dsl_flash_attention():  # type: ignore[no-untyped-def]
+    """The causal FlashAttention DSL kernel as a torch op ``(q, kt, v, mask) -> out``
+    (registered once per process)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import flash_attention_kernel
+
+    return flash_attention_kernel.register_flash_attention(
+        "msprof_samples::flash_attention_causal", causal=True
+    )
 
 
 class SelfAttention(nn.Module):
@@ -61,6 +82,13 @@ class SelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = nn.Dropout(cfg.dropout)
         self.fused = cfg.attention == "fused"
+        self.dsl = cfg.attention == "dsl"
+        if self.dsl and (cfg.seq_len % 128 or self.head_dim % 16 or cfg.dropout):
+            raise ValueError(
+                "--attention dsl needs a sequence length that is a multiple of 128, a head dim "
+                f"that is a multiple of 16 and no dropout (got {cfg.seq_len}, {self.head_dim}, "
+                f"{cfg.dropout})"
+            )
         mask = torch.triu(torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool), diagonal=1)
         self.register_buffer("mask", mask, persistent=False)
 
@@ -69,6 +97,8 @@ class SelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         if self.fused:
             return self.proj(self._fused(q, k, v))
+        if self.dsl:
+            return self.proj(self._dsl(q, k, v))
         q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = k.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         v = v.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -94,6 +124,18 @@ class SelfAttention(nn.Module):
         return torch_npu.npu_fusion_attention(
             q, k, v, self.n_heads, "BSH", atten_mask=mask, scale=scale, keep_prob=1.0 - p
         )[0]
+
+    def _dsl(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """The same attention as the DSL FlashAttention kernel (fp16 inside, causal)."""
+        b, t, c = q.shape
+        q, k, v = (
+            z.view(b, t, self.n_heads, self.head_dim).transpose(1, 2).half() for z in (q, k, v)
+        )
+        mask = torch.zeros(b, t, device=q.device)  # additive key-padding mask: none padded
+        out = dsl_flash_attention()(
+            q.contiguous(), k.transpose(-1, -2).contiguous(), v.contiguous(), mask
+        )
+        return out.to(self.proj.weight.dtype).transpose(1, 2).reshape(b, t, c)
 
 
 class Block(nn.Module):
@@ -233,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="npu", help="npu (default) or cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--attention", choices=("math", "fused"), default="math",
-        help="math: matmuls and a softmax (default); fused: torch_npu.npu_fusion_attention",
+        "--attention", choices=("math", "fused", "dsl"), default="math",
+        help="math: matmuls and a softmax (default); fused: torch_npu.npu_fusion_attention; "
+        "dsl: the kernel DSL's FlashAttention (seq len a multiple of 128)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     cfg = Config(

@@ -274,3 +274,21 @@ def test_flash_attention_op_in_a_transformer_matches_sdpa_and_shows_in_the_profi
     assert model.qkv.weight.grad is not None and model.qkv.weight.grad.abs().sum() > 0
     tasks = _kernel_tasks(rec, "flash_attention")
     assert len(tasks) == 1 and tasks.task_type.iloc[0] == "MIX_AIC"
+
+
+@pytest.mark.slow  # ~2.3 s: two training steps with the kernel simulated per forward
+def test_the_transformer_training_script_runs_the_dsl_kernel_as_its_attention() -> None:
+    import train_transformer as tt
+
+    msprof_py.adapter.install()
+    small = {"seq_len": 128, "d_model": 64, "n_heads": 2, "n_layers": 1}
+    with msprof_py.record(tempfile.mkdtemp()) as rec:
+        dsl = tt.train(2, 1, cfg=tt.Config(**small, attention="dsl"), verbose=False)
+    math_ = tt.train(2, 1, cfg=tt.Config(**small), verbose=False)
+    # fp16 inside the kernel: the losses follow the fp32 matmul-and-softmax attention closely
+    assert dsl.losses[1] < dsl.losses[0]
+    np.testing.assert_allclose(dsl.losses, math_.losses, rtol=2e-3)
+    tasks = _kernel_tasks(rec, "flash_attention_causal")  # one forward per step (1 layer)
+    assert len(tasks) == 2 and set(tasks.task_type) == {"MIX_AIC"}
+    with pytest.raises(ValueError, match="multiple of 128"):
+        tt.SelfAttention(tt.Config(attention="dsl"))  # the default seq_len is 64
