@@ -69,7 +69,8 @@ API
 - :mod:`msprof_py.kernels.tik`: ``Tik()``, ``Tensor(dtype, shape, name, scope=scope_gm |
   scope_ubuf | scope_cbuf | scope_ca | scope_cb | scope_cc)``, ``for_range(b, e,
   block_num=n)``, ``data_move``, ``vec_add / vec_sub / vec_mul / vec_max / vec_exp / vec_muls
-  / vec_adds / vec_dup`` (mask, repeat, strides), ``matmul``, ``fixpipe``, ``BuildCCE``,
+  / vec_adds / vec_dup / vec_conv / vec_reduce_max / vec_reduce_add`` (mask, repeat,
+  strides), ``matmul``, ``fixpipe``, ``BuildCCE``,
   ``run(feed) -> LaunchResult``.
 
 Pipes and timing (see :mod:`timeline`)

@@ -17,7 +17,8 @@ Loop variables are symbolic (:class:`Expr`); tensors in on-chip scopes are place
 when declared (capacity is checked then, with the same one-line overflow error); a top-level
 ``for_range(..., block_num=n)`` becomes the launch's blocks. Instructions map onto the Ascend C
 layer one to one (``data_move`` -> DataCopy with burst parameters, ``vec_*`` -> the vector op
-with ``repeat_times`` repeats, ``matmul`` -> Mmad, ``fixpipe`` -> Fixpipe), so the same kernel
+with ``repeat_times`` repeats (``vec_conv`` -> Cast, ``vec_reduce_max`` / ``vec_reduce_add`` ->
+ReduceMax / ReduceSum), ``matmul`` -> Mmad, ``fixpipe`` -> Fixpipe), so the same kernel
 costs the same cycles in either spelling. TIK inserts synchronisation itself: the program runs
 with automatic synchronisation (a later instruction waits for an in-flight one it conflicts
 with) instead of strict flags. Only contiguous repeat strides are supported.
@@ -64,6 +65,12 @@ _SCOPE_POSITION = {
     scope_cb: TPosition.B2,
     scope_cc: TPosition.CO1,
 }
+
+#: TIK vec_conv round modes -> Ascend C Cast round modes
+_TIK_ROUND = {
+    "": "CAST_NONE", "none": "CAST_NONE", "round": "CAST_RINT", "floor": "CAST_FLOOR",
+    "ceil": "CAST_CEIL", "ceiling": "CAST_CEIL", "away-zero": "CAST_ROUND", "to-zero": "CAST_TRUNC",
+}  # fmt: skip
 
 _VARS = itertools.count()
 Env = dict[int, int]
@@ -235,6 +242,22 @@ class Tik:
 
         self._emit(op)
 
+    def _check_vec(
+        self, name: str, mask: int, tensors: Sequence[TikTensor], repeat: int,
+        strides: Sequence[int],
+    ) -> None:  # fmt: skip
+        """One repeat holds ``mask`` elements of the widest operand; strides are contiguous."""
+        width = max(t.dtype.itemsize for t in tensors)
+        lanes = self.chip.repeat_bytes // width
+        if not 1 <= mask <= lanes:
+            raise OperandError(f"vec_{name}: mask {mask} outside 1..{lanes} for {tensors[0].dtype}")
+        for t, stride in zip(tensors, strides, strict=True):
+            if stride * 32 != mask * t.dtype.itemsize and repeat > 1:
+                raise OperandError(
+                    f"vec_{name}: only contiguous repeat strides are supported "
+                    f"({mask * t.dtype.itemsize // 32} blocks for mask {mask}), got {stride}"
+                )
+
     def _vec(
         self,
         name: str,
@@ -245,16 +268,7 @@ class Tik:
         strides: Sequence[int],
         fn: Callable[..., Any],
     ) -> None:
-        width = max(t.dtype.itemsize for t in (dst, *srcs))
-        lanes = self.chip.repeat_bytes // width
-        if not 1 <= mask <= lanes:
-            raise OperandError(f"vec_{name}: mask {mask} outside 1..{lanes} for {dst.dtype}")
-        for t, stride in zip((dst, *srcs), strides, strict=True):
-            if stride * 32 != mask * t.dtype.itemsize and repeat > 1:
-                raise OperandError(
-                    f"vec_{name}: only contiguous repeat strides are supported "
-                    f"({mask * t.dtype.itemsize // 32} blocks for mask {mask}), got {stride}"
-                )
+        self._check_vec(name, mask, (dst, *srcs), repeat, strides)
         op_name = name.capitalize()
         cycles = repeat * costs.VECTOR_CYCLES_PER_REPEAT.get(op_name, 1)
 
@@ -317,6 +331,48 @@ class Tik:
             "duplicate", mask, dst, (), repeat_times, (dst_rep_stride,),
             lambda: np.full(count, s, dtype=dst.dtype),
         )  # fmt: skip
+
+    def vec_conv(self, mask, round_mode, dst, src, repeat_times, dst_rep_stride, src_rep_stride):  # type: ignore[no-untyped-def]
+        """dst = src converted to dst's dtype (Ascend C ``Cast``); ``round_mode`` '' / 'none',
+        'round', 'floor', 'ceil' / 'ceiling', 'away-zero', 'to-zero'."""
+        mode = _TIK_ROUND.get(round_mode)
+        if mode is None:
+            raise OperandError(
+                f"vec_conv: unknown round_mode {round_mode!r} ({', '.join(_TIK_ROUND)})"
+            )
+        self._check_vec("conv", mask, (dst, src), repeat_times, (dst_rep_stride, src_rep_stride))
+
+        def op(env: Env) -> None:
+            d, x = self._resolve(dst, env, self._env_gm), self._resolve(src, env, self._env_gm)
+            vector.Cast(d, x, mode, mask * repeat_times)
+
+        self._emit(op)
+
+    def _vec_reduce(self, name, fn, mask, dst, src, repeat_times, src_rep_stride) -> None:  # type: ignore[no-untyped-def]
+        self._check_vec(name, mask, (src,), repeat_times, (src_rep_stride,))
+
+        def op(env: Env) -> None:
+            d, x = self._resolve(dst, env, self._env_gm), self._resolve(src, env, self._env_gm)
+            fn(d, x, None, mask * repeat_times)
+
+        self._emit(op)
+
+    def vec_reduce_max(
+        self, mask, dst, src, work_tensor, repeat_times, src_rep_stride, cal_index=False
+    ):  # type: ignore[no-untyped-def]
+        """dst[0] = max over ``repeat_times`` repeats of ``mask`` elements (Ascend C
+        ``ReduceMax``; ``work_tensor`` is accepted, unused; no index output)."""
+        if cal_index:
+            raise OperandError("vec_reduce_max: cal_index=True is not modelled")
+        self._vec_reduce(
+            "reduce_max", vector.ReduceMax, mask, dst, src, repeat_times, src_rep_stride
+        )
+
+    def vec_reduce_add(self, mask, dst, src, work_tensor, repeat_times, src_rep_stride):  # type: ignore[no-untyped-def]
+        """dst[0] = sum over ``repeat_times`` repeats of ``mask`` elements (``ReduceSum``)."""
+        self._vec_reduce(
+            "reduce_add", vector.ReduceSum, mask, dst, src, repeat_times, src_rep_stride
+        )
 
     def matmul(
         self, dst: TikTensor, a: TikTensor, b: TikTensor, m: int, k: int, n: int,

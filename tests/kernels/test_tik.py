@@ -92,3 +92,34 @@ def test_tik_rejects_a_mask_wider_than_a_repeat() -> None:
     u = t.Tensor("float32", (128,), name="u", scope=tik.scope_ubuf)
     with pytest.raises(OperandError, match=r"vec_add: mask 128 outside 1..64 for float32"):
         t.vec_add(128, u, u, u, 1, 8, 8, 8)
+
+
+def test_tik_reduce_and_conv_are_the_ascend_c_instructions() -> None:
+    # softmax pieces in TIK spelling: row max (fp16), widen to fp32, row sum
+    t = tik.Tik()
+    x = t.Tensor("float16", (256,), name="x", scope=tik.scope_gm)
+    mx = t.Tensor("float16", (16,), name="mx", scope=tik.scope_gm)
+    sm = t.Tensor("float32", (8,), name="sm", scope=tik.scope_gm)
+    xu = t.Tensor("float16", (256,), name="xu", scope=tik.scope_ubuf)
+    xf = t.Tensor("float32", (256,), name="xf", scope=tik.scope_ubuf)
+    mu = t.Tensor("float16", (16,), name="mu", scope=tik.scope_ubuf)
+    su = t.Tensor("float32", (8,), name="su", scope=tik.scope_ubuf)
+    t.data_move(xu, x, 0, 1, 16, 0, 0)
+    t.vec_reduce_max(128, mu, xu, xf, 2, 8)
+    t.vec_conv(64, "", xf, xu, 4, 8, 4)
+    t.vec_reduce_add(64, su, xf, xf, 4, 8)
+    t.data_move(mx, mu, 0, 1, 1, 0, 0)
+    t.data_move(sm, su, 0, 1, 1, 0, 0)
+    t.BuildCCE("pieces", [x], [mx, sm])
+    xs = np.random.default_rng(4).standard_normal(256).astype(np.float16)
+    r = t.run({"x": xs})
+    assert r.outputs["mx"][0] == xs.max()
+    np.testing.assert_allclose(r.outputs["sm"][0], xs.astype(np.float32).sum(), rtol=1e-5)
+    # reduce max: 512 B = 2 repeats, then 2 elements in 1 = 3; conv: 1 KiB of fp32 = 4
+    # repeats; reduce add: 1 KiB = 4 repeats, then 4 elements in 1 = 5
+    v = [(i.name, i.cycles) for i in r.instructions() if i.pipe == "V"]
+    assert v == [("ReduceMax", 3), ("Cast", 4), ("ReduceSum", 5)]
+    with pytest.raises(OperandError, match="vec_conv: unknown round_mode 'odd'"):
+        t.vec_conv(64, "odd", xf, xu, 4, 8, 4)
+    with pytest.raises(OperandError, match="vec_reduce_max: only contiguous"):
+        t.vec_reduce_max(128, mu, xu, xf, 2, 16)
