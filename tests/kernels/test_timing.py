@@ -15,6 +15,8 @@ from msprof_py.kernels import (
     Exp,
     HardEvent,
     Mmad,
+    Pipe,
+    PipeBarrier,
     SetFlag,
     SyncError,
     TBuf,
@@ -210,3 +212,24 @@ def test_cube_blocks_spread_over_cube_cores() -> None:
 
     result = launch(kernel, 48)
     assert (result.cores, result.waves, result.total_cycles) == (24, 2, 2)
+
+
+def test_pipe_barrier_all_drains_every_pipe_before_the_next_instruction() -> None:
+    # an 8 KiB GM->UB copy (322 cycles) and an Exp on other UB bytes (32 repeats x 2 = 64):
+    # independent, so V starts at dispatch (cycle 1) and the kernel ends with the copy, at 322;
+    # PipeBarrier(V) orders V only (free); PipeBarrier(ALL) holds the Exp until the copy is
+    # done: 322 + 64 = 386
+    def kernel(x, barrier) -> None:
+        buf = TBuf(TPosition.VECCALC)
+        TPipe().InitBuffer(buf, 24576)
+        t = buf.Get("float16")
+        DataCopy(t[:4096], x, 4096)
+        if barrier is not None:
+            PipeBarrier(barrier)
+        Exp(t[4096:8192], t[8192:], 4096)
+
+    x = np.ones(4096, np.float16)
+    for barrier, exp_start, total in ((None, 1, 322), (Pipe.V, 1, 322), (Pipe.ALL, 322, 386)):
+        r = launch(kernel, 1, x, barrier)
+        (v,) = [i for i in r.instructions() if i.pipe == "V"]
+        assert (v.start, v.end, r.total_cycles) == (exp_start, exp_start + 64, total)
