@@ -292,3 +292,23 @@ def test_the_transformer_training_script_runs_the_dsl_kernel_as_its_attention() 
     assert len(tasks) == 2 and set(tasks.task_type) == {"MIX_AIC"}
     with pytest.raises(ValueError, match="multiple of 128"):
         tt.SelfAttention(tt.Config(attention="dsl"))  # the default seq_len is 64
+
+
+@pytest.mark.slow  # the sample's --quick table at one head: 8 rows of naive + sampled FA runs
+def test_the_flash_attention_sample_prints_its_table(capsys) -> None:
+    assert fa.main(["--quick", "--heads", "1"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("causal"))
+    for col in ("naive us", "FA us", "speed", "naive MiB", "FA MiB", "naive HBM MiB", "FA HBM MiB"):
+        assert col in header
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["no"], ["yes"])]
+    assert sorted((r[0], int(r[1]), int(r[2])) for r in rows) == sorted(
+        (c, s, d) for c in ("no", "yes") for s in (512, 1024) for d in (64, 128)
+    )
+    for r in rows:  # speed-up = naive / FA time (both printed to 0.1 us)
+        naive, fa_us, speed = (float(r[i].replace(",", "").rstrip("x")) for i in (4, 5, 6))
+        assert speed == pytest.approx(naive / fa_us, abs=0.01 + 0.06 * naive / fa_us**2)
+        # the seed's direction: faster, and never more device memory (peak MiB, columns 8, 9;
+        # at one head and seq 512 the inputs dominate both peaks)
+        assert speed > 1 and float(r[9].replace(",", "")) <= float(r[8].replace(",", ""))
+    assert out.count("measured here") == 2 and "values: FlashAttention kernel vs numpy" in out
