@@ -14,6 +14,7 @@ from msprof_py.kernels import (
     DataCopyPad,
     Exp,
     HardEvent,
+    LoadData,
     Mmad,
     Pipe,
     PipeBarrier,
@@ -233,3 +234,29 @@ def test_pipe_barrier_all_drains_every_pipe_before_the_next_instruction() -> Non
         r = launch(kernel, 1, x, barrier)
         (v,) = [i for i in r.instructions() if i.pipe == "V"]
         assert (v.start, v.end, r.total_cycles) == (exp_start, exp_start + 64, total)
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "gm_l1", "l1_l0a"),
+    [
+        # msKPP's 910B table at 1 KiB: GM->L1 9.9 GiB/s = 5.9056 B/cycle: 173.4;
+        # L1->L0A 286.9 GiB/s = 171.1425 B/cycle: 5.98
+        (1024, 174, 6),
+        # 32 KiB: GM->L1 147.4 GiB/s = 87.9275 B/cycle: 372.7; L1->L0A 434.0 = 258.891: 126.6
+        (32768, 373, 127),
+    ],
+)
+def test_cube_side_copies_cost_the_mskpp_table(nbytes: int, gm_l1: int, l1_l0a: int) -> None:
+    def kernel(x) -> None:
+        pipe = TPipe()
+        a1, a2 = TQue(TPosition.A1, 1), TQue(TPosition.A2, 1)
+        pipe.InitBuffer(a1, 1, nbytes)
+        pipe.InitBuffer(a2, 1, nbytes)
+        t = a1.AllocTensor("float16")
+        DataCopy(t, x, nbytes // 2)  # GM -> L1 on MTE2
+        a1.EnQue(t)
+        LoadData(a2.AllocTensor("float16"), a1.DeQue(), nbytes // 2)  # L1 -> L0A on MTE1
+
+    r = launch(kernel, 1, np.ones(nbytes // 2, np.float16))
+    cycles = {i.pipe: i.cycles for i in r.instructions()}
+    assert (cycles["MTE2"], cycles["MTE1"]) == (gm_l1, l1_l0a)
