@@ -19,6 +19,8 @@ width 16, batch 2 x 64 x 64; TinyLM 4 x d128, sequence 64, batch 4) and adds pla
    the adapter, as the first call does) and on (the default: later calls run one generated host
    function and launch the stored plan, :mod:`msprof_py.graph.replay`), their ratios, and the
    simulated step time of each (the two compiled variants must agree: a warning says if not).
+   "replay / eager (CPU time)" divides process CPU seconds instead (the fastest steady step
+   of each): on a shared machine real time moves by 2x between runs, CPU time far less.
    ``--profile DIR`` writes a cProfile of one steady step of each compiled variant.
 
     python benchmarks/bench_graph.py [--steps 3] [--numerics none|cpu] [--small] [--only M]
@@ -50,6 +52,9 @@ class Timing:
 
     first_s: float
     steady_s: float
+    #: process CPU seconds (all threads) of the fastest steady step: far less sensitive than
+    #: real time to other jobs on a shared machine
+    steady_cpu_s: float
     sim_step_ns: int
     modelled_compile_ns: int
     graphs: int
@@ -133,17 +138,17 @@ def measure(name: str, variant: str, steps: int, profile: str | None = None) -> 
     npu.subscribe(compiles)
     runner.set_plan_replay(variant != "interpreted")
 
-    def step() -> tuple[float, int]:
-        t0, s0 = time.perf_counter(), npu.engine.host_ns
+    def step() -> tuple[float, int, float]:
+        t0, s0, c0 = time.perf_counter(), npu.engine.host_ns, time.process_time()
         opt.zero_grad(set_to_none=True)
         loss_of(step_model).backward()
         opt.step()
         if device == "npu":
             torch.npu.synchronize()
-        return time.perf_counter() - t0, npu.engine.host_ns - s0
+        return time.perf_counter() - t0, npu.engine.host_ns - s0, time.process_time() - c0
 
     try:
-        first, _ = step()
+        first, _, _ = step()
         step()  # the second step converts weights to their kernel formats (a re-plan)
         npu.unsubscribe(compiles)
         timed = [step() for _ in range(steps)]
@@ -158,7 +163,8 @@ def measure(name: str, variant: str, steps: int, profile: str | None = None) -> 
         backend.reset()
     return Timing(
         first,
-        min(t for t, _ in timed),
+        min(t for t, _, _ in timed),
+        min(c for _, _, c in timed),
         timed[-1][1],
         compiles.ns,
         compiles.graphs,
@@ -197,15 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     variants = VARIANTS if numerics == "cpu" else VARIANTS[1:]
     cpu_cols = "CPU eager s/step | " if numerics == "cpu" else ""
-    print(
+    header = (
         f"| model | {cpu_cols}npu eager s/step | compiled, interpreted s/step | "
         "compiled, plan replay s/step | "
         + ("eager / CPU | compiled / CPU | " if numerics == "cpu" else "")
         + "interpreted / eager | replay / eager | replay / interpreted | "
+        "replay / eager (CPU time) | "
         "compile s (real) | compile ms (modelled) | graphs | simulated step ms eager / compiled |"
     )
-    ncols = 12 if numerics == "cpu" else 9
-    print("|---" + "|---:" * (ncols - 1) + "|---|")
+    print(header)
+    ncols = header.count("|") - 1  # the delimiter row has one cell per column
+    print("|---" + "|---:" * (ncols - 2) + "|---|")
     for name in names:
         t: dict[str, Timing] = {}
         for variant in variants:
@@ -230,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{interp / eager:.2f}",
             f"{graph.steady_s / eager:.2f}",
             f"{graph.steady_s / interp:.2f}",
+            f"{graph.steady_cpu_s / t['eager'].steady_cpu_s:.2f}",
             f"{compile_real:.2f}",
             f"{graph.modelled_compile_ns / 1e6:.1f}",
             f"{graph.graphs}",
