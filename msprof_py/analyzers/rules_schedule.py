@@ -17,6 +17,7 @@ from msprof_py.analyzers import (
     batchtune,
     compute,
     copies,
+    dvpp_gain,
     gains,
     graphs,
     loading,
@@ -672,10 +673,15 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
         }
         slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
         quiet = share < spec.thresholds["min_share"] and not slow
+        # the part of the loading range the device was busy anyway: what DVPP work hides in
+        step_idle = [idle / n]
+        step_backlog = [max(0.0, on_timeline / n - idle / n)]
     else:
         # per step, the median: one wait that a busy host's scheduler stretched does not
         # stand for the loader (the mean is in the evidence)
         per_step = loading.per_step(measured, data.steps["step"])
+        step_idle = per_step["idle_ns"].tolist()
+        step_backlog = per_step["backlog_ns"].tolist()
         wall = float(per_step["wall_ns"].median())
         idle_step = float(per_step["idle_ns"].median())
         step_med = float(data.steps["duration_ns"].median()) if len(data.steps) else 0.0
@@ -702,6 +708,10 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
     if quiet:
         return spec.ok(data.rank, {**values, **evidence})
     evidence.update(image_batches(data))
+    if evidence["image_batch"] and evidence["device_has_dvpp"] and not evidence["dvpp_tasks"]:
+        evidence["dvpp_model"] = dvpp_gain.model(
+            dvpp.dvpp_spec(data.spec), evidence["image_batch"], step_idle, step_backlog
+        )
     finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
     finding.gain_basis = f"upper bound: the device idle the loading causes ({basis})"
     finding.advice = _loader_advice(evidence["worker_processes"], finding.advice)
@@ -779,17 +789,35 @@ def image_batches(data: RankData) -> dict[str, Any]:
 
 
 def _dvpp_advice(evidence: dict[str, Any]) -> str:
-    """Where the batches are images and the loader does not use DVPP: say it can."""
+    """Where the batches are images and the loader does not use DVPP: say whether the npu
+    image backend pays off, with its modelled gain (:mod:`msprof_py.analyzers.dvpp_gain`)."""
     if not evidence["image_batch"] or evidence["dvpp_tasks"]:
         return ""
+    batch = evidence["image_batch"]
     if not evidence["device_has_dvpp"]:
         return (
-            f" The batches are images ({evidence['image_batch']}), but this device has no "
-            "DVPP decoder modelled: decoding stays on the host."
+            f" The batches are images ({batch}), but this device has no DVPP decoder "
+            "modelled: decoding stays on the host."
+        )
+    m = evidence.get("dvpp_model") or {}
+    if "why" in m:
+        return f" The batches are images ({batch}), but DVPP does not take them: {m['why']}."
+    cost = (
+        f"DVPP would take {m['dvpp_us']:.1f} us per batch (JPEGD {m['jpegd_us']:.1f} us + VPC "
+        f"{m['vpc_us']:.1f} us), {m['not_hidden_us']:.1f} us of it past the device work "
+        "queued at the wait"
+    )
+    if m["gain_us"] <= 0:
+        return (
+            f" The batches are images ({batch}): {cost}, no less than the "
+            f"{m['wait_removed_us']:.1f} us idle it would remove: no gain modelled from the "
+            "npu image backend; keep decoding on the CPU."
         )
     return (
-        f" The batches are images ({evidence['image_batch']}): decoding and resize/crop can "
-        "run on the device's DVPP engines instead of the loader's CPU (import torchvision_npu; "
+        f" The batches are images ({batch}): decoding and resize/crop can run on the "
+        "device's DVPP engines instead of the loader's CPU (import torchvision_npu; "
         'torchvision_npu.set_image_backend("npu"); decode_jpeg(data, device="npu") and '
-        "torchvision_npu.transforms)."
+        f"torchvision_npu.transforms): {cost}, a modelled gain of {m['gain_us']:.1f} us per "
+        f"step of the {m['wait_removed_us']:.1f} us idle removed (assuming "
+        f"{dvpp_gain.ASSUMPTIONS})."
     )
