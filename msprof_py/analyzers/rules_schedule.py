@@ -705,8 +705,11 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
         slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
         quiet = (share < spec.thresholds["min_share"] and not slow) or wall < floor
     evidence["basis"] = basis
+    evidence.update(dvpp_use(data))
     if quiet:
-        return spec.ok(data.rank, {**values, **evidence})
+        finding = spec.ok(data.rank, {**values, **evidence})
+        finding.message += _dvpp_use_text(evidence)
+        return finding
     evidence.update(image_batches(data))
     if evidence["image_batch"] and evidence["device_has_dvpp"] and not evidence["dvpp_tasks"]:
         evidence["dvpp_model"] = dvpp_gain.model(
@@ -716,7 +719,33 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
     finding.gain_basis = f"upper bound: the device idle the loading causes ({basis})"
     finding.advice = _loader_advice(evidence["worker_processes"], finding.advice)
     finding.advice += _dvpp_advice(evidence)
+    finding.message += _dvpp_use_text(evidence)
     return finding
+
+
+def dvpp_use(data: RankData) -> dict[str, Any]:
+    """The DVPP work of the analysed steps: task count per op type and busy time per step."""
+    t = data.tasks
+    dv = t[t["kind"] == "dvpp"]
+    busy = float((dv["end_ns"] - dv["start_ns"]).sum()) / max(1, data.n_steps)
+    return {
+        "dvpp_us_per_step": us(busy),
+        "dvpp_ops": {
+            str(k): int(v) for k, v in dv["op_type"].value_counts().sort_index().items() if v
+        },
+    }
+
+
+def _dvpp_use_text(evidence: dict[str, Any]) -> str:
+    """One sentence on the DVPP work the steps ran, empty where they ran none."""
+    ops = evidence["dvpp_ops"]
+    if not ops:
+        return ""
+    listed = ", ".join(f"{op} {n}" for op, n in ops.items())
+    return (
+        f" The steps used DVPP ({listed}): {evidence['dvpp_us_per_step']:.1f} us of DVPP time "
+        "per step on the device's media engines."
+    )
 
 
 #: what the loading time on a measured-host-time timeline holds, and what it cannot leave out

@@ -734,6 +734,9 @@ def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
     assert m["not_hidden_us"] == pytest.approx(jpegd + vpc, abs=2e-3)
     assert m["gain_us"] == pytest.approx(40.0 - jpegd - vpc, abs=2e-3)
     assert f"a modelled gain of {40.0 - jpegd - vpc:.1f} us per step" in f.advice
+
+
+def test_no_dvpp_advice_where_it_would_not_pay_or_cannot_run() -> None:
     # 224 x 224 images take 189.0 + 67.2 us of DVPP, more than the 40 us wait: no gain
     big = check(_image_loader(), "slow_dataloader")
     assert big.evidence["dvpp_model"]["dvpp_us"] == pytest.approx(
@@ -743,7 +746,12 @@ def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
     assert "no gain modelled" in big.advice and "set_image_backend" not in big.advice
     # not an image batch (2-D features), DVPP already used, or no DVPP on the chip
     assert "DVPP" not in check(_image_loader(shape="8,1024"), "slow_dataloader").advice
-    assert "DVPP" not in check(_image_loader(dvpp=True), "slow_dataloader").advice
+    used = check(_image_loader(dvpp=True), "slow_dataloader")
+    assert "DVPP" not in used.advice and "dvpp_model" not in used.evidence
+    # the DVPP use is reported: one 1 us JPEGD task in the one step
+    assert used.evidence["dvpp_ops"] == {"JPEGD": 1}
+    assert used.evidence["dvpp_us_per_step"] == pytest.approx(1.0)
+    assert "The steps used DVPP (JPEGD 1): 1.0 us of DVPP time per step" in used.message
     on_910a = check(_image_loader(device="ascend910a"), "slow_dataloader")
     assert "no DVPP decoder modelled" in on_910a.advice
     assert "set_image_backend" not in on_910a.advice
