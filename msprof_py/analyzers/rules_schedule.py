@@ -801,7 +801,12 @@ def image_batches(data: RankData) -> dict[str, Any]:
     ran, and whether the device has DVPP engines."""
     t = data.tasks
     h2d = t[(t["kind"] == "memcpy") & (t["copy_kind"] == "HOST_TO_DEVICE")]
-    shapes = h2d["output_shapes"].astype(str)
+    shapes = h2d["output_shapes"].astype(str).replace("nan", "")
+    if "host_op_id" in h2d and "input_shapes" in data.all_host:
+        # a recorded copy task carries no shapes: its host op (aten::copy_, aten::_to_copy) does
+        ops = data.all_host.drop_duplicates("event_id").set_index("event_id")["input_shapes"]
+        of_op = ops.reindex(h2d["host_op_id"].to_numpy()).astype(str).replace("nan", "")
+        shapes = shapes.where(shapes != "", of_op.to_numpy())
     counts = shapes[shapes != ""].value_counts()
     image = ""
     for shape in counts.index:

@@ -736,6 +736,19 @@ def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
     assert f"a modelled gain of {40.0 - jpegd - vpc:.1f} us per step" in f.advice
 
 
+def test_a_recorded_copy_takes_its_image_shape_from_its_host_op() -> None:
+    """Recorded copy tasks carry no shapes; the aten::copy_ that launched one does."""
+    b = base(host_time="measured")
+    b.event("annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 40_000)
+    copy = dict(start=40_000, end=41_000, kind="memcpy", task_type="DMA",
+                copy_kind="HOST_TO_DEVICE", op_type="MEMCPY_H2D")  # fmt: skip
+    b.op("aten::copy_", 40_000, 40_500, [copy], input_shapes="8,3,32,32;8,3,32,32")
+    busy(b, 41_000, STEP)
+    f = check(b.build(), "slow_dataloader")
+    assert f.evidence["image_batch"] == "8x3x32x32"
+    assert f.evidence["dvpp_model"]["gain_us"] > 0
+
+
 def test_no_dvpp_advice_where_it_would_not_pay_or_cannot_run() -> None:
     # 224 x 224 images take 189.0 + 67.2 us of DVPP, more than the 40 us wait: no gain
     big = check(_image_loader(), "slow_dataloader")
