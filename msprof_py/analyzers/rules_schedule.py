@@ -17,6 +17,7 @@ from msprof_py.analyzers import (
     batchtune,
     compute,
     copies,
+    dvpp_gain,
     gains,
     graphs,
     loading,
@@ -672,10 +673,15 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
         }
         slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
         quiet = share < spec.thresholds["min_share"] and not slow
+        # the part of the loading range the device was busy anyway: what DVPP work hides in
+        step_idle = [idle / n]
+        step_backlog = [max(0.0, on_timeline / n - idle / n)]
     else:
         # per step, the median: one wait that a busy host's scheduler stretched does not
         # stand for the loader (the mean is in the evidence)
         per_step = loading.per_step(measured, data.steps["step"])
+        step_idle = per_step["idle_ns"].tolist()
+        step_backlog = per_step["backlog_ns"].tolist()
         wall = float(per_step["wall_ns"].median())
         idle_step = float(per_step["idle_ns"].median())
         step_med = float(data.steps["duration_ns"].median()) if len(data.steps) else 0.0
@@ -699,14 +705,47 @@ def slow_dataloader(ctx: RuleContext, spec: RuleSpec) -> Finding:
         slow = values["loading_ms"] >= spec.thresholds["max_ms_per_step"] and share > 0
         quiet = (share < spec.thresholds["min_share"] and not slow) or wall < floor
     evidence["basis"] = basis
+    evidence.update(dvpp_use(data))
     if quiet:
-        return spec.ok(data.rank, {**values, **evidence})
+        finding = spec.ok(data.rank, {**values, **evidence})
+        finding.message += _dvpp_use_text(evidence)
+        return finding
     evidence.update(image_batches(data))
+    if evidence["image_batch"] and evidence["device_has_dvpp"] and not evidence["dvpp_tasks"]:
+        evidence["dvpp_model"] = dvpp_gain.model(
+            dvpp.dvpp_spec(data.spec), evidence["image_batch"], step_idle, step_backlog
+        )
     finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
     finding.gain_basis = f"upper bound: the device idle the loading causes ({basis})"
     finding.advice = _loader_advice(evidence["worker_processes"], finding.advice)
     finding.advice += _dvpp_advice(evidence)
+    finding.message += _dvpp_use_text(evidence)
     return finding
+
+
+def dvpp_use(data: RankData) -> dict[str, Any]:
+    """The DVPP work of the analysed steps: task count per op type and busy time per step."""
+    t = data.tasks
+    dv = t[t["kind"] == "dvpp"]
+    busy = float((dv["end_ns"] - dv["start_ns"]).sum()) / max(1, data.n_steps)
+    return {
+        "dvpp_us_per_step": us(busy),
+        "dvpp_ops": {
+            str(k): int(v) for k, v in dv["op_type"].value_counts().sort_index().items() if v
+        },
+    }
+
+
+def _dvpp_use_text(evidence: dict[str, Any]) -> str:
+    """One sentence on the DVPP work the steps ran, empty where they ran none."""
+    ops = evidence["dvpp_ops"]
+    if not ops:
+        return ""
+    listed = ", ".join(f"{op} {n}" for op, n in ops.items())
+    return (
+        f" The steps used DVPP ({listed}): {evidence['dvpp_us_per_step']:.1f} us of DVPP time "
+        "per step on the device's media engines."
+    )
 
 
 #: what the loading time on a measured-host-time timeline holds, and what it cannot leave out
@@ -762,7 +801,12 @@ def image_batches(data: RankData) -> dict[str, Any]:
     ran, and whether the device has DVPP engines."""
     t = data.tasks
     h2d = t[(t["kind"] == "memcpy") & (t["copy_kind"] == "HOST_TO_DEVICE")]
-    shapes = h2d["output_shapes"].astype(str)
+    shapes = h2d["output_shapes"].astype(str).replace("nan", "")
+    if "host_op_id" in h2d and "input_shapes" in data.all_host:
+        # a recorded copy task carries no shapes: its host op (aten::copy_, aten::_to_copy) does
+        ops = data.all_host.drop_duplicates("event_id").set_index("event_id")["input_shapes"]
+        of_op = ops.reindex(h2d["host_op_id"].to_numpy()).astype(str).replace("nan", "")
+        shapes = shapes.where(shapes != "", of_op.to_numpy())
     counts = shapes[shapes != ""].value_counts()
     image = ""
     for shape in counts.index:
@@ -779,17 +823,35 @@ def image_batches(data: RankData) -> dict[str, Any]:
 
 
 def _dvpp_advice(evidence: dict[str, Any]) -> str:
-    """Where the batches are images and the loader does not use DVPP: say it can."""
+    """Where the batches are images and the loader does not use DVPP: say whether the npu
+    image backend pays off, with its modelled gain (:mod:`msprof_py.analyzers.dvpp_gain`)."""
     if not evidence["image_batch"] or evidence["dvpp_tasks"]:
         return ""
+    batch = evidence["image_batch"]
     if not evidence["device_has_dvpp"]:
         return (
-            f" The batches are images ({evidence['image_batch']}), but this device has no "
-            "DVPP decoder modelled: decoding stays on the host."
+            f" The batches are images ({batch}), but this device has no DVPP decoder "
+            "modelled: decoding stays on the host."
+        )
+    m = evidence.get("dvpp_model") or {}
+    if "why" in m:
+        return f" The batches are images ({batch}), but DVPP does not take them: {m['why']}."
+    cost = (
+        f"DVPP would take {m['dvpp_us']:.1f} us per batch (JPEGD {m['jpegd_us']:.1f} us + VPC "
+        f"{m['vpc_us']:.1f} us), {m['not_hidden_us']:.1f} us of it past the device work "
+        "queued at the wait"
+    )
+    if m["gain_us"] <= 0:
+        return (
+            f" The batches are images ({batch}): {cost}, no less than the "
+            f"{m['wait_removed_us']:.1f} us idle it would remove: no gain modelled from the "
+            "npu image backend; keep decoding on the CPU."
         )
     return (
-        f" The batches are images ({evidence['image_batch']}): decoding and resize/crop can "
-        "run on the device's DVPP engines instead of the loader's CPU (import torchvision_npu; "
+        f" The batches are images ({batch}): decoding and resize/crop can run on the "
+        "device's DVPP engines instead of the loader's CPU (import torchvision_npu; "
         'torchvision_npu.set_image_backend("npu"); decode_jpeg(data, device="npu") and '
-        "torchvision_npu.transforms)."
+        f"torchvision_npu.transforms): {cost}, a modelled gain of {m['gain_us']:.1f} us per "
+        f"step of the {m['wait_removed_us']:.1f} us idle removed (assuming "
+        f"{dvpp_gain.ASSUMPTIONS})."
     )

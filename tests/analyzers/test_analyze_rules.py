@@ -718,16 +718,57 @@ def _image_loader(device: str = "ascend910b", shape: str = "8,3,224,224", dvpp: 
 
 
 def test_a_slow_image_loader_is_pointed_at_dvpp_where_the_chip_has_it() -> None:
-    f = check(_image_loader(), "slow_dataloader")
+    # 8 images of 32 x 32 on ascend910b (JPEGD 16 x 128 FPS, VPC 12 x 360 FPS per channel at
+    # 1080p): each engine spreads the batch over 8 channels
+    f = check(_image_loader(shape="8,3,32,32"), "slow_dataloader")
     assert f.status == FIRED
-    assert f.evidence["image_batch"] == "8x3x224x224" and f.evidence["device_has_dvpp"]
+    assert f.evidence["image_batch"] == "8x3x32x32" and f.evidence["device_has_dvpp"]
     assert 'torchvision_npu.set_image_backend("npu")' in f.advice
+    m = f.evidence["dvpp_model"]
+    jpegd = 8 * 32 * 32 * 1e9 / (8 * 128 * 1920 * 1080) / 1e3  # 3.858 us
+    vpc = 8 * 32 * 32 * 1e9 / (8 * 360 * 1920 * 1080) / 1e3  # 1.372 us
+    assert m["jpegd_us"] == pytest.approx(jpegd, abs=1e-3)
+    assert m["vpc_us"] == pytest.approx(vpc, abs=1e-3)
+    # the device idles through the whole 40 us loading range: nothing hides the DVPP time
+    assert m["wait_removed_us"] == pytest.approx(40.0)
+    assert m["not_hidden_us"] == pytest.approx(jpegd + vpc, abs=2e-3)
+    assert m["gain_us"] == pytest.approx(40.0 - jpegd - vpc, abs=2e-3)
+    assert f"a modelled gain of {40.0 - jpegd - vpc:.1f} us per step" in f.advice
+
+
+def test_a_recorded_copy_takes_its_image_shape_from_its_host_op() -> None:
+    """Recorded copy tasks carry no shapes; the aten::copy_ that launched one does."""
+    b = base(host_time="measured")
+    b.event("annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 40_000)
+    copy = dict(start=40_000, end=41_000, kind="memcpy", task_type="DMA",
+                copy_kind="HOST_TO_DEVICE", op_type="MEMCPY_H2D")  # fmt: skip
+    b.op("aten::copy_", 40_000, 40_500, [copy], input_shapes="8,3,32,32;8,3,32,32")
+    busy(b, 41_000, STEP)
+    f = check(b.build(), "slow_dataloader")
+    assert f.evidence["image_batch"] == "8x3x32x32"
+    assert f.evidence["dvpp_model"]["gain_us"] > 0
+
+
+def test_no_dvpp_advice_where_it_would_not_pay_or_cannot_run() -> None:
+    # 224 x 224 images take 189.0 + 67.2 us of DVPP, more than the 40 us wait: no gain
+    big = check(_image_loader(), "slow_dataloader")
+    assert big.evidence["dvpp_model"]["dvpp_us"] == pytest.approx(
+        8 * 224 * 224 * 1e9 / (8 * 1920 * 1080) * (1 / 128 + 1 / 360) / 1e3, abs=2e-3
+    )
+    assert big.evidence["dvpp_model"]["gain_us"] == 0.0
+    assert "no gain modelled" in big.advice and "set_image_backend" not in big.advice
     # not an image batch (2-D features), DVPP already used, or no DVPP on the chip
     assert "DVPP" not in check(_image_loader(shape="8,1024"), "slow_dataloader").advice
-    assert "DVPP" not in check(_image_loader(dvpp=True), "slow_dataloader").advice
+    used = check(_image_loader(dvpp=True), "slow_dataloader")
+    assert "DVPP" not in used.advice and "dvpp_model" not in used.evidence
+    # the DVPP use is reported: one 1 us JPEGD task in the one step
+    assert used.evidence["dvpp_ops"] == {"JPEGD": 1}
+    assert used.evidence["dvpp_us_per_step"] == pytest.approx(1.0)
+    assert "The steps used DVPP (JPEGD 1): 1.0 us of DVPP time per step" in used.message
     on_910a = check(_image_loader(device="ascend910a"), "slow_dataloader")
     assert "no DVPP decoder modelled" in on_910a.advice
     assert "set_image_backend" not in on_910a.advice
+    assert "dvpp_model" not in on_910a.evidence
 
 
 def test_transdata_advice_turns_formats_off_only_where_convolutions_are_a_small_part() -> None:

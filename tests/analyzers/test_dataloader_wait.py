@@ -60,6 +60,28 @@ def test_the_idle_a_measured_wait_causes_is_the_wait_less_the_device_backlog() -
     assert gains.combined([f], per_step)["estimated_gain_us"] == 0.0
 
 
+def test_the_dvpp_gain_is_the_idle_removed_less_the_dvpp_time_the_backlog_does_not_hide() -> None:
+    """The modelled-mode wait of 2 ms with 40 us of device work queued at it (1960 us idle),
+    the batch 8 x 3 x 224 x 224 copied to the device after it."""
+    b = Builder().step(0, 0, STEP)
+    b.op("aten::mm", 0, 1000, [dict(start=0, end=60_000, op_type="MatMul")])
+    loader = b.event("annotation", LOADER, 20_000, 20_000, step=0)
+    b.wait(loader, 2_000_000, wall_start_ns=1_000)
+    shape = "8,3,224,224"
+    b.task(60_000, 61_000, kind="memcpy", task_type="DMA", copy_kind="HOST_TO_DEVICE",
+           op_type="MEMCPY_H2D", output_shapes=shape, input_shapes=shape)  # fmt: skip
+    f = _check(b.build())
+    assert f.status == FIRED, f.message
+    m = f.evidence["dvpp_model"]
+    # ascend910b: 8 channels of JPEGD at 128 FPS and of VPC at 360 FPS per 1080p frame
+    pixels = 8 * 224 * 224
+    dvpp_us = pixels * 1e9 / (8 * 1920 * 1080) * (1 / 128 + 1 / 360) / 1e3  # 256.258 us
+    assert m["dvpp_us"] == pytest.approx(dvpp_us, abs=2e-3)
+    assert m["not_hidden_us"] == pytest.approx(dvpp_us - 40.0, abs=2e-3)  # 216.258 us
+    assert m["gain_us"] == pytest.approx(1960.0 - (dvpp_us - 40.0), abs=2e-3)  # 1743.742
+    assert f"a modelled gain of {1960.0 - (dvpp_us - 40.0):.1f} us per step" in f.advice
+
+
 def test_nested_loading_ranges_count_once_and_short_waits_are_ok() -> None:
     nested = loading.waits(context.prepare(_modelled(2_000_000, nested=True), 0, warmup=0))
     assert nested["wall_ns"].tolist() == [2_002_000.0]  # the outer range only

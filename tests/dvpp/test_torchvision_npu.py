@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -50,6 +51,30 @@ def test_import_resolves_to_the_shim(tvn) -> None:
     assert tvn.__name__ == "msprof_py.adapter.torchvision_npu"
     with pytest.raises(ValueError, match="one of PIL, npu"):
         tvn.set_image_backend("cv3")
+
+
+def test_torchvision_set_image_backend_npu_routes_to_the_shim(tvn) -> None:
+    """A stand-in torchvision module (the real one does not load here): 'npu' selects the
+    shim's backend, other names go to torchvision's own function."""
+    chosen = ["PIL"]
+    fake = types.ModuleType("torchvision")
+
+    def set_image_backend(backend: str) -> None:
+        chosen[0] = backend
+
+    fake.set_image_backend = set_image_backend
+    fake.get_image_backend = lambda: chosen[0]
+    tvn.patch_torchvision(fake)
+    tvn.patch_torchvision(fake)  # a second import patches nothing more
+    try:
+        fake.set_image_backend("npu")
+        assert tvn.get_image_backend() == "npu" and fake.get_image_backend() == "npu"
+        assert chosen == ["PIL"]
+        fake.set_image_backend("accimage")
+        assert chosen == ["accimage"] and tvn.get_image_backend() == "PIL"
+        assert fake.get_image_backend() == "accimage"
+    finally:
+        tvn.set_image_backend("PIL")
 
 
 def test_decode_on_npu_equals_pil_and_costs_one_jpegd_task(tvn, log) -> None:

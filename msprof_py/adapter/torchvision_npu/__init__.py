@@ -10,8 +10,10 @@ CPU. Values are the CPU path's in both cases; only the device timeline differs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from PIL import Image
@@ -36,6 +38,7 @@ __all__ = [
     "decode_jpeg",
     "default_loader",
     "get_image_backend",
+    "patch_torchvision",
     "set_image_backend",
     "transforms",
 ]
@@ -85,3 +88,37 @@ def default_loader(path: str | Path) -> Image.Image | torch.Tensor:
         note_fallback("this chip has no acl JPEG decoder (JPEGD)")
     with Image.open(path) as img:
         return img.convert("RGB")
+
+
+def patch_torchvision(torchvision: ModuleType) -> None:
+    """Make ``torchvision.set_image_backend('npu')`` choose this shim's npu backend, as
+    importing the real torchvision_npu does: ``'npu'`` is kept here (torchvision's own
+    backend stays as it was), any other name goes to torchvision's function and sets this
+    shim back to ``'PIL'``; ``torchvision.get_image_backend()`` answers ``'npu'`` while it
+    is chosen. Patching twice is a no-op."""
+    original_set = torchvision.set_image_backend
+    if getattr(original_set, "_msprof_npu", False):
+        return
+    original_get = torchvision.get_image_backend
+
+    def set_backend(backend: str) -> None:
+        if backend == "npu":
+            set_image_backend("npu")
+            return
+        original_set(backend)
+        set_image_backend("PIL")
+
+    def get_backend() -> str:
+        return "npu" if get_image_backend() == "npu" else original_get()
+
+    set_backend._msprof_npu = True  # type: ignore[attr-defined]
+    set_backend.__doc__ = original_set.__doc__
+    get_backend.__doc__ = original_get.__doc__
+    torchvision.set_image_backend = set_backend  # type: ignore[attr-defined]
+    torchvision.get_image_backend = get_backend  # type: ignore[attr-defined]
+
+
+# torchvision is not imported here (on this index it does not load against the CPU torch):
+# patched when the script imported it first, as `import torchvision; import torchvision_npu`
+if hasattr(sys.modules.get("torchvision"), "set_image_backend"):
+    patch_torchvision(sys.modules["torchvision"])
