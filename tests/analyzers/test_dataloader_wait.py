@@ -145,7 +145,9 @@ def test_a_slow_loader_fires_with_its_measured_wait_in_modelled_mode(runs: dict)
     per_batch = sorted(took[i] + took[i + 1] for i in range(0, len(took), 2))
     expected = per_batch[len(per_batch) // 2] / 1e6
     assert min(expected, f.evidence["loading_ms"]) >= 6.0
-    assert f.evidence["loading_ms"] == pytest.approx(expected, rel=0.2, abs=1.0)
+    # the wait holds the items' time and the loader's own Python (fetch, collate), which a
+    # loaded CI host stretches: at least the items, at most half as much again plus 3 ms
+    assert 0.95 * expected <= f.evidence["loading_ms"] <= 1.5 * expected + 3.0
     assert 0 < f.estimated_gain_us <= f.evidence["loading_ms"] * 1e3 + 0.01
     assert f.evidence["worker_processes"] is False
     fast = _check(runs["fast"])
