@@ -11,7 +11,6 @@ import pytest
 import torch
 from PIL import Image, ImageEnhance
 
-import msprof_py.adapter
 from msprof_py.device import TaskKind, TaskLog
 from msprof_py.device.dvpp import PIXELS_1080P
 
@@ -26,25 +25,6 @@ def _jpeg(width: int, height: int, seed: int = 0) -> bytes:
 
 def _vpc_ns(pixels: int, channels: int) -> int:
     return round(pixels * 1e9 / (channels * 360 * PIXELS_1080P))
-
-
-@pytest.fixture(scope="module")
-def tvn():
-    msprof_py.adapter.install()
-    import torchvision_npu
-
-    torchvision_npu.set_image_backend("PIL")
-    return torchvision_npu
-
-
-@pytest.fixture
-def log():
-    npu = msprof_py.adapter.current_device()
-    torch.npu.synchronize()
-    records = TaskLog()
-    npu.subscribe(records)
-    yield records
-    npu.unsubscribe(records)
 
 
 def _dvpp(log: TaskLog) -> list:

@@ -12,7 +12,6 @@ import pytest
 import torch
 from PIL import Image
 
-import msprof_py.adapter
 from msprof_py.device import TaskKind, TaskLog
 from msprof_py.device.dvpp import PIXELS_1080P
 
@@ -23,24 +22,6 @@ def _jpeg(width: int, height: int, seed: int = 0, **save: object) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(arr).save(buf, format="JPEG", **save)
     return buf.getvalue()
-
-
-@pytest.fixture(scope="module")
-def tvn():
-    msprof_py.adapter.install()
-    import torchvision_npu
-
-    torchvision_npu.set_image_backend("PIL")
-    return torchvision_npu
-
-
-@pytest.fixture
-def log():
-    npu = msprof_py.adapter.current_device()
-    records = TaskLog()
-    npu.subscribe(records)
-    yield records
-    npu.unsubscribe(records)
 
 
 def _dvpp(log: TaskLog) -> list:
