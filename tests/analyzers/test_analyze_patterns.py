@@ -184,3 +184,14 @@ def test_matmul_bias_add_alone_is_still_an_epilogue() -> None:
         b, t, [("aten::add", "200;200", "200", {}), ("aten::bmm", "2,10,10;2,10,10", "2,10,10", {})]
     )
     assert found(b) == [("matmul_epilogue", "mm+add")]
+
+
+def test_a_loop_over_tensors_of_one_size_is_no_chain() -> None:
+    """Gradient clipping's ``g.mul_(coef)`` over three biases of 128 elements: each op writes
+    a tensor of its own, though the sizes match; the same loop's ops of other sizes around
+    them must not make a chain either (found with the transformer sample)."""
+    b = Builder().step(0, 0, 100_000)
+    loop = [("aten::mul_", f"{n};", f"{n}", {}) for n in (16384, 128, 128, 128, 65536)]
+    t = chain(b, 0, loop)
+    chain(b, t, _act_chain(1000))  # a real chain after the loop is still found
+    assert found(b) == [("elementwise", "mul+sigmoid+add")]
