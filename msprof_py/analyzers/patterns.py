@@ -5,9 +5,10 @@ take part in no other pattern. For the others the dataflow, not recorded as tens
 approximated from the op sequence: the
 host ops of each thread, in start order, that launched device work; each becomes one letter
 (``rules/patterns.yaml``), and the patterns are regular expressions over the letters. A match
-is kept only when every op in it after the first (copies excepted) consumes a tensor with as
+holds only ops whose every op after the first (copies excepted) consumes a tensor with as
 many elements as one of the three ops before it produced, so ops that merely follow each
-other do not count. Ops inside an optimizer step are left to the optimizer rule.
+other do not count, and it never crosses a thread or a step. Ops inside an optimizer step
+are left to the optimizer rule.
 
 Everything is vectorised with numpy except the regular expression itself, which runs over one
 string per rank (one character per op) and yields one match object per pattern instance.
@@ -83,6 +84,7 @@ def op_stream(data: RankData) -> pd.DataFrame:
     # only: counters, loss scale; then in stream order (one copy of the rows kept)
     sort_by = (ops[c].to_numpy()[keep] for c in ("event_id", "start_ns", "thread"))
     take = keep[np.lexsort(tuple(sort_by))]
+    in_shapes = ops["input_shapes"].astype(str).to_numpy()[take]
     ops, in_numel = ops[cols].iloc[take].reset_index(drop=True), numel[numel_of[take]]
     letter = _letters(ops["name"])
     letter[ops["event_id"].isin(host_copy).to_numpy()] = ord(OTHER)
@@ -112,11 +114,28 @@ def op_stream(data: RankData) -> pd.DataFrame:
         same[back:] = group[back:] == group[:-back]
         hit = ((in_numel == prev_out[:, None]) & (in_numel > 1)).any(axis=1)
         linked |= hit & same
+    linked &= ~_per_tensor_loop(ops["name"].to_numpy(), in_shapes, group)
     stream = ops.assign(
         letter=letter, glue=letter == ord(GLUE), linked=linked, out_numel=out_numel, group=group
     )
     data.cache["op_stream"] = stream
     return stream
+
+
+def _per_tensor_loop(names: np.ndarray, in_shapes: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Ops that repeat the in-place op before them on inputs of the same shapes: a loop over a
+    list of tensors (gradient clipping's ``g.mul_(coef)``, a per-tensor foreach fallback), each
+    on a tensor of its own, so equal sizes there say nothing about the dataflow."""
+    repeat = np.zeros(len(names), dtype=bool)
+    if len(names) > 1:
+        inplace = np.array([n.endswith("_") and not n.endswith("__") for n in names[1:]])
+        repeat[1:] = (
+            inplace
+            & (names[1:] == names[:-1])
+            & (in_shapes[1:] == in_shapes[:-1])
+            & (group[1:] == group[:-1])
+        )
+    return repeat
 
 
 def _letters(names: pd.Series) -> np.ndarray:
@@ -135,11 +154,22 @@ def _base(name: str) -> str:
 
 
 def _text(stream: pd.DataFrame) -> tuple[bytearray, np.ndarray]:
-    """One character per op, a separator between threads; and the op row of each position."""
+    """One character per op and the op row of each position (-1 for a separator).
+
+    A separator goes before every op that starts a new thread group or a new step (steps
+    need no annotation between them), and before every op that is not a copy and consumes
+    nothing the ops before it produced: a match never spans a separator, so every op of a
+    match after the first is linked, and a chain after an unlinked op is matched on its own.
+    """
     n = len(stream)
     group = stream["group"].to_numpy()
-    pos = np.arange(n) + group  # one separator before every group but the first
-    size = n + (int(group[-1]) if n else 0)
+    step = stream["step"].to_numpy()
+    breaks = np.zeros(n, dtype=bool)
+    if n:
+        breaks[1:] = (group[1:] != group[:-1]) | (step[1:] != step[:-1])
+        breaks[1:] |= ~stream["linked"].to_numpy()[1:] & ~stream["glue"].to_numpy()[1:]
+    pos = np.arange(n) + np.cumsum(breaks)
+    size = int(pos[-1]) + 1 if n else 0
     chars = np.full(size, ord(SEPARATOR), dtype=np.uint8)
     chars[pos] = stream["letter"].to_numpy()
     owner = np.full(size, -1, dtype=np.int64)
@@ -166,13 +196,6 @@ def find(data: RankData) -> tuple[pd.DataFrame, pd.DataFrame]:
         buf[np.flatnonzero(np.isin(owner, np.flatnonzero(taken)))] = ord(CONSUMED)
         text = bytearray(buf.tobytes())
     _, patterns = load_patterns()
-    bad = np.zeros(len(owner) + 1, dtype=np.int64)
-    valid_op = owner >= 0
-    flags = np.zeros(len(owner), dtype=bool)
-    flags[valid_op] = (
-        ~stream["linked"].to_numpy()[owner[valid_op]] & ~stream["glue"].to_numpy()[owner[valid_op]]
-    )
-    bad[1:] = np.cumsum(flags)
     found: list[tuple[str, np.ndarray, np.ndarray]] = []
     for pattern in patterns:
         spans = np.array(
@@ -181,10 +204,6 @@ def find(data: RankData) -> tuple[pd.DataFrame, pd.DataFrame]:
         if not len(spans):
             continue
         s, e = spans[:, 0], spans[:, 1]
-        ok = bad[e] - bad[s + 1] == 0  # no unlinked op after the first
-        s, e = s[ok], e[ok]
-        if not len(s):
-            continue
         lengths = e - s
         idx = np.repeat(s, lengths) + (
             np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)

@@ -134,3 +134,64 @@ def test_vector_term_matches_the_cost_model() -> None:
 
     ours = recost.vector_ns(SPEC, np.array([4.0 * (1 << 20)]), np.array([2]))[0]
     assert ours == pytest.approx(cost.vector_ns, rel=1e-3)
+
+
+def _act_chain(n: int, first: str = "aten::mul") -> list:
+    """Three linked elementwise ops on ``n`` fp32 elements: ``first``, sigmoid, add."""
+    return [
+        (first, f"{n};{n}", f"{n}", {}),
+        ("aten::sigmoid", f"{n}", f"{n}", {}),
+        ("aten::add", f"{n};{n}", f"{n}", {}),
+    ]
+
+
+def _mm() -> list:
+    """A matmul whose input has the 1000 elements of a chain before it, output 200."""
+    return [("aten::mm", "10,100;100,20", "10,20", {"task_type": "AI_CORE"})]
+
+
+def test_chains_stop_at_step_boundaries_without_annotations() -> None:
+    """No annotation sits between the steps: the step column alone must split the chains."""
+    b = Builder().step(0, 0, 50_000).step(1, 50_000, 100_000)
+    chain(b, 1000, _act_chain(1000), step=0)
+    chain(b, 51_000, _act_chain(1000), step=1)
+    matches, _ = patterns.find(context.prepare(b.build(), 0, warmup=0))
+    assert matches["ops"].tolist() == ["mul+sigmoid+add"] * 2
+    assert matches["step"].tolist() == [0, 1]
+
+
+def test_back_to_back_chains_of_different_shapes_are_both_found() -> None:
+    b = Builder().step(0, 0, 100_000)
+    t = chain(b, 0, _act_chain(1000))
+    chain(b, t, _act_chain(2000))  # its first op does not consume the first chain's output
+    assert found(b) == [("elementwise", "mul+sigmoid+add")] * 2
+
+
+def test_chain_matmul_chain_finds_both_chains() -> None:
+    """The add right after the matmul heads a three-op chain: the chain is worth more than a
+    bias-add epilogue (two launches saved instead of one), so both chains are found."""
+    b = Builder().step(0, 0, 100_000)
+    t = chain(b, 0, _act_chain(1000, first="aten::add"))
+    t = chain(b, t, _mm())
+    chain(b, t, [("aten::add", "200;200", "200", {}), *_act_chain(200)[:2]])
+    assert found(b) == [("elementwise", "add+sigmoid+add"), ("elementwise", "add+mul+sigmoid")]
+
+
+def test_matmul_bias_add_alone_is_still_an_epilogue() -> None:
+    b = Builder().step(0, 0, 100_000)
+    t = chain(b, 0, _mm())
+    chain(
+        b, t, [("aten::add", "200;200", "200", {}), ("aten::bmm", "2,10,10;2,10,10", "2,10,10", {})]
+    )
+    assert found(b) == [("matmul_epilogue", "mm+add")]
+
+
+def test_a_loop_over_tensors_of_one_size_is_no_chain() -> None:
+    """Gradient clipping's ``g.mul_(coef)`` over three biases of 128 elements: each op writes
+    a tensor of its own, though the sizes match; the same loop's ops of other sizes around
+    them must not make a chain either (found with the transformer sample)."""
+    b = Builder().step(0, 0, 100_000)
+    loop = [("aten::mul_", f"{n};", f"{n}", {}) for n in (16384, 128, 128, 128, 65536)]
+    t = chain(b, 0, loop)
+    chain(b, t, _act_chain(1000))  # a real chain after the loop is still found
+    assert found(b) == [("elementwise", "mul+sigmoid+add")]
