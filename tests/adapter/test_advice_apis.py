@@ -3,9 +3,14 @@ arguments the finding suggests, and does on the npu device what the finding prom
 
 from __future__ import annotations
 
+import importlib
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
+import msprof_py.analyzers
 from msprof_py.analyzers.findings import rule_specs
 from msprof_py.device import SimulatedNpu, TaskKind, TaskLog
 
@@ -46,3 +51,39 @@ def test_fused_optimizer_advice_names_working_apis(
     assert fused == 1 + fix.get("kernels_per_param", 0) * len(params)
     assert shim == 1
     assert fused < per_param
+
+
+_API = re.compile(r"\b(?:torch_npu|torchvision_npu|torch|msprof_py)(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def _named_apis() -> set[str]:
+    """Every dotted torch / torch_npu / torchvision_npu / msprof_py name the analysis's
+    advice, messages and rule files spell out."""
+    root = Path(msprof_py.analyzers.__file__).parent
+    files = [*root.glob("*.py"), *root.glob("rules/*.yaml")]
+    return {m for f in files for m in _API.findall(f.read_text())}
+
+
+def _resolve(name: str) -> object:
+    parts = name.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[: i + 1]))
+    return obj
+
+
+def test_every_api_the_advice_names_exists(npu: SimulatedNpu) -> None:
+    """A name the analysis tells users to call resolves in torch 2.13 or in the shims (with
+    the npu installed, as under msprof); the scan finds the names it should."""
+    names = _named_apis()
+    assert {"torch_npu.npu_fusion_attention", "torch.compile"} <= names
+    missing = []
+    for name in sorted(names):
+        try:
+            _resolve(name)
+        except (AttributeError, ImportError):
+            missing.append(name)
+    assert not missing, missing
