@@ -226,6 +226,7 @@ def test_multi_rank_report_names_the_slow_rank(tmp_path: Path) -> None:
     out = write_report(Profile(tmp_path, meta, tables), tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     assert 'id="ranks"' in text
+    assert "&middot; 2 ranks (ranks 0, 1), details for rank " in text
     # rank 1 works 20 us per step, rank 0 14 us (20 minus its 6 us wait): mean 17 us, +17.6%
     assert "Slow rank: rank 1</strong>" in text
     assert "works 20.0 us per step" in text and "+17.6%" in text

@@ -354,7 +354,8 @@ def test_large_report_says_what_was_aggregated(tmp_path: Path) -> None:
     assert "601 step boundaries: one in 2 drawn (301 lines)" in notes
     # step 0 is left out as warm-up
     assert "599 steps: each bar is the mean of 2 consecutive steps (300 bars)" in notes
-    assert "(analysed 599 steps: 1-599, warm-up skipped 0)" in text  # not 599 numbers
+    assert "(analysed 599 steps: 1-599; step 0 left out as warm-up)" in text  # not 599 numbers
+    assert "&middot; 1 rank (rank 0) &middot;" in text
     store = json.loads(re.search(r'id="timeline-store">(.*?)</script>', text, re.S).group(1))
     assert [b["lane"] for b in store["binned"]] == [3, 2, 1, 0]  # every lane, top first
     bins = [len(typed_array(u["s"])) for b in store["binned"] for u in b["units"]]
