@@ -450,6 +450,18 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
         "w.clientWidth + 1).length"
     )
     assert wide == 0
+    # a click on a numeric header sorts the rows by it, ascending; again, descending
+    head = page.locator("#top-ops table.sortable th[data-numeric='1']").first
+    col = page.evaluate("(th) => [...th.parentNode.children].indexOf(th)", head.element_handle())
+    keys = (
+        "(col) => [...document.querySelector('#top-ops table.sortable').tBodies[0].rows]"
+        ".map((r) => parseFloat(r.cells[col].dataset.v))"
+    )
+    head.click()
+    up = page.evaluate(keys, col)
+    head.click()
+    down = page.evaluate(keys, col)
+    assert len(up) > 1 and up == sorted(up) and down == sorted(up, reverse=True)
     for section in SECTIONS:
         page.locator(f"#{section}").screenshot(path=str(artefacts / f"{section}.png"))
     assert errors == []
