@@ -69,6 +69,7 @@ def shoot(report: Path, run: Path, out: Path) -> int:
             x, y = page.evaluate(
                 """([x]) => {
                   const gd = document.getElementById('fig-timeline');
+                  gd.scrollIntoView({block: 'center'});  // a click off the viewport hits nothing
                   const r = gd.getBoundingClientRect();
                   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
                   const y = gd.layout.yaxis.ticktext.findIndex((t) => t.includes('compute'));

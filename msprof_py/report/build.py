@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import plotly.offline
 from plotly.utils import PlotlyJSONEncoder
 
-from msprof_py.analyzers.render import step_list
+from msprof_py.analyzers.render import numbers, ranks_text, step_list
 from msprof_py.profile import Profile, ProfileError
 from msprof_py.profile.atomic import create_atomically
 from msprof_py.report import tables
@@ -345,6 +345,17 @@ def joint_figure(head: dict[str, Any]) -> str:
     )
 
 
+def warmup_words(steps: Any) -> str:
+    """``step 0 left out as warm-up`` / ``steps 0, 1 left out as warm-up`` / ``no warm-up
+    step left out``."""
+    steps = list(steps or [])
+    if not steps:
+        return "no warm-up step left out"
+    if len(steps) == 1:
+        return f"step {steps[0]} left out as warm-up"
+    return f"steps {numbers(steps)} left out as warm-up"
+
+
 def _header(profile: Profile, a: Any) -> dict[str, Any]:
     from msprof_py.analyzers.schema import headline
 
@@ -390,6 +401,9 @@ def _header(profile: Profile, a: Any) -> dict[str, Any]:
         "steps_total": int(steps["step"].nunique()) if len(steps) else 0,
         "steps_analysed": step_list(a.profile.get("steps_analysed")),
         "warmup_skipped": step_list(a.profile.get("warmup_skipped")),
+        "warmup_text": warmup_words(a.profile.get("warmup_skipped")),
+        "ranks_text": ranks_text(list(profile.ranks))
+        + (f", details for rank {rank}" if len(profile.ranks) > 1 else ""),
         "start_time": str(meta.get("start_time", "")),
         "path": str(profile.path),
         "figures": figures,

@@ -47,7 +47,8 @@ MAX_SPANS_PER_LANE = 20_000
 MAX_MEMORY_POINTS = 20_000
 #: step boundaries drawn as lines
 MAX_STEP_LINES = 500
-#: extra hover points along a lane's long spans (besides one per span, at its middle)
+#: extra hover points along a lane's long spans (besides one per span, at its middle), per unit
+#: of a lane drawn span by span (the page's ``HOVER_POINTS``), shared by the units of a binned one
 HOVER_POINTS_PER_LANE = 2_000
 #: spans per detail chunk of a binned lane (the page inflates the chunks the view overlaps)
 DETAIL_CHUNK = 20_000
@@ -188,7 +189,8 @@ def _aggregate(start: np.ndarray, end: np.ndarray, names: np.ndarray, bins: int)
 def _hover_points(s: np.ndarray, e: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
     """Where a lane's spans can be hovered: every span at its midpoint, long spans also at
     evenly spaced points along them (at most about ``points`` extra points in the lane), so
-    the hover label shows near any part of a long span, not only near its middle.
+    the hover label shows near any part of a long span, not only near its middle (the page's
+    ``hoverPoints`` does the same from the span store).
     Returns (x of each hover point, index of its span)."""
     d = e - s
     scale = max(float(e.max() - s.min()), float(d.sum()))
@@ -361,59 +363,6 @@ class _Codes:
         return self.array(values).tolist()
 
 
-def _unit_traces(
-    pos: int,
-    start: np.ndarray,
-    end: np.ndarray,
-    origin: int,
-    unit: str,
-    customdata: np.ndarray,
-    legend: bool,
-    points: int = HOVER_POINTS_PER_LANE,
-) -> list[dict[str, Any]]:
-    """The spans of one unit in the lane at y ``pos`` as thick line segments, and hover markers
-    along them (each carrying its span's global index: the page takes its hover text from the
-    span store, once per span, and uses it for a click). The page merges these pieces
-    (``meta.lane``) into one line trace per unit and one trace of markers."""
-    color = _color(unit)
-    s = (np.asarray(start, dtype=np.int64) - origin) / 1e3
-    e = (np.asarray(end, dtype=np.int64) - origin) / 1e3
-    xs = np.empty(len(s) * 3)
-    xs[0::3], xs[1::3], xs[2::3] = s, e, np.nan
-    hx, idx = _hover_points(s, e, points)
-    return [
-        {
-            "type": "scattergl",
-            "x": typed(xs),
-            "y": typed(np.full(len(xs), pos)),
-            "mode": "lines",
-            "line": {"width": BAR_PX, "color": color},
-            "hoverinfo": "skip",
-            "showlegend": legend,
-            "legendgroup": unit,
-            "name": unit,
-            "meta": {"lane": pos},
-            "xaxis": "x",
-            "yaxis": "y",
-        },
-        {
-            "type": "scattergl",
-            "x": typed(hx),
-            "y": typed(np.full(len(hx), pos)),
-            "mode": "markers",
-            "marker": {"size": 6, "color": color, "opacity": 0.35},
-            "hoverinfo": "text",
-            "showlegend": False,
-            "legendgroup": unit,
-            "name": unit,
-            "customdata": typed(np.asarray(customdata)[idx]),
-            "meta": {"lane": pos},
-            "xaxis": "x",
-            "yaxis": "y",
-        },
-    ]
-
-
 def _hover(lane: Lane) -> pd.Series:
     src = lane.extra["source"]
     return _task_hover(src) if lane.kind == "stream" else _host_hover(src)
@@ -427,23 +376,20 @@ def _units(sp: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return units, order
 
 
-def _lane_traces(lane: Lane, pos: int, origin: int, legend: set[str]) -> list[dict[str, Any]]:
-    """The traces of a lane drawn span by span (at y ``pos``): per unit its spans and hover
-    markers (long spans hoverable along them, whatever their unit's share of the lane).
-    ``legend``: the units already in the legend."""
-    sp = lane.spans
-    if len(sp) == 0:
+def _lane_units(lane: Lane, legend: set[str]) -> list[dict[str, Any]]:
+    """The units of a lane drawn span by span, in legend order: per unit its colour and whether
+    it joins the legend (``legend``: the units already in it). The page draws the lane from
+    the span store (:func:`_span_store`: per unit its spans as thick line segments and hover
+    markers along them, each carrying its span's global index), so the figure holds no copy
+    of the spans' times."""
+    if len(lane.spans) == 0:
         return []
-    units, order = _units(sp)
-    traces: list[dict[str, Any]] = []
+    _, order = _units(lane.spans)
+    out = []
     for unit in order:
-        mine = units == unit
-        start, end = sp["start_ns"].to_numpy()[mine], sp["end_ns"].to_numpy()[mine]
-        g = lane.offset + np.flatnonzero(mine)
-        show = unit not in legend
+        out.append({"unit": unit, "color": _color(unit), "legend": unit not in legend})
         legend.add(unit)
-        traces += _unit_traces(pos, start, end, origin, unit, g, show)
-    return traces
+    return out
 
 
 def _bin_lane(
@@ -625,6 +571,8 @@ def _span_store(lanes: list[Lane], origin: int, codes: _Codes) -> dict[str, Any]
             "u": codes(sp["unit"]),
             "h": typed(codes.array(_hover(lane).to_numpy(dtype=object))),
         }
+        if "y" in lane.extra:  # where the page draws the lane, and its units (_lane_units)
+            entry["y"], entry["units"] = lane.extra["y"], lane.extra["units"]
         if "module" in sp:
             entry["m"] = codes(sp["module"])
         if "site" in sp and (sp["site"] != "").any():
@@ -678,7 +626,7 @@ def timeline(
         if lane.binned:
             bins.append((lane, _bin_lane(lane, pos, origin, legend, codes, notes)))
         else:
-            traces += _lane_traces(lane, pos, origin, legend)
+            lane.extra["y"], lane.extra["units"] = pos, _lane_units(lane, legend)
     _detail(bins, origin, codes, notes)
     names = [ln.name for ln in lanes]
     # step boundaries: one trace per row, on overlay axes y3 (over the lanes) and y4 (memory)

@@ -100,8 +100,8 @@
   }
   // The timeline's spans as few traces as possible (each WebGL trace costs the page time to
   // draw): one line trace per unit over every lane, one trace of hover markers for all. Its
-  // pieces: per lane and unit its segments and hover points, from the figure's own traces
-  // (lanes drawn span by span, meta.lane set) or from the bins' columns (binned lanes); a
+  // pieces: per lane and unit its segments and hover points, from the span store (lanes drawn
+  // span by span) or from the bins' columns (binned lanes); a
   // binned lane zoomed in far enough swaps its bins' pieces for its spans'.
   function compose(data, st) {
     var T = {units: [], lines: {}, pieces: [], binned: st.binned || []};
@@ -110,18 +110,23 @@
       if (!(u in T.lines)) { T.lines[u] = {color: color, legend: false}; T.units.push(u); }
       if (legend) T.lines[u].legend = true;
     }
-    for (var i = 0; i < data.length; i++) {
-      var t = data[i];
-      if (!t.meta || t.meta.lane === undefined) { rest.push(t); continue; }
-      if (t.mode === "lines") {
-        unit(t.name, t.line.color, t.showlegend);
-        T.pieces.push({unit: t.name, lx: arr(t.x), ly: arr(t.y)});
-      } else {
-        var mx = arr(t.x), cd = arr(t.customdata);
-        T.pieces.push({unit: t.name, mx: mx, my: arr(t.y), text: hoverTexts(st, cd),
-                       color: t.marker.color, custom: cd});
-      }
-    }
+    for (var i = 0; i < data.length; i++) rest.push(data[i]);
+    // lanes drawn span by span: per unit its segments and hover markers (each carrying its
+    // span's global index), from the span store's columns
+    st.lanes.forEach(function (L) {
+      if (!L || !L.units) return;
+      L.units.forEach(function (U) {
+        var s = [], e = [], g = [];
+        for (var k = 0; k < L.s.length; k++)
+          if (st.names[L.u[k]] === U.unit) { s.push(L.s[k]); e.push(L.e[k]); g.push(L.g + k); }
+        unit(U.unit, U.color, U.legend);
+        var seg = segments(s, e, L.y), hp = hoverPoints(s, e, HOVER_POINTS);
+        var cd = hp[1].map(function (k) { return g[k]; });
+        T.pieces.push({unit: U.unit, lx: seg[0], ly: seg[1]});
+        T.pieces.push({unit: U.unit, mx: hp[0], my: new Float64Array(cd.length).fill(L.y),
+                       text: hoverTexts(st, cd), color: U.color, custom: cd});
+      });
+    });
     // the first view shows the whole profile: there, bins closer than a pixel are drawn as one
     // segment ("coarse": a few hundred segments per lane instead of thousands; each WebGL
     // segment costs draw time in a software renderer); zoomed in, every bin is drawn
@@ -177,7 +182,7 @@
     T.units.forEach(function (u) { T.lineIdx[u] -= first; });
     return [lanes.concat(rest.slice(0, first)), T];
   }
-  // every piece now drawn: the figure's own, and per binned lane its bins or its spans
+  // every piece now drawn: the drawn lanes', and per binned lane its bins or its spans
   function current(T) {
     var out = T.pieces.slice();
     T.binned.forEach(function (b) { out = out.concat(b[b.mode === "detail" ? "spans" : b.mode]); });

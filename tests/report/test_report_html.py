@@ -19,7 +19,6 @@ from report_helpers import (
     offline_page,
     one_rank_meta,
     synthetic_profile,
-    typed_array,
 )
 
 from msprof_py.analyzers import analyze
@@ -112,13 +111,11 @@ def test_timeline_lanes(run_dir: Path, report_file: Path) -> None:
     # lanes are numbered, first on top, and named by the y axis' ticks; each has spans
     y = fig["layout"]["yaxis"]
     assert y["tickvals"] == list(range(len(lanes))) and y["ticktext"] == lanes[::-1]
-    drawn = {
-        int(v)
-        for t in fig["data"]
-        if t.get("type") == "scattergl" and t.get("yaxis") == "y"
-        for v in typed_array(t["y"])
-    }
+    # the page draws each lane at its y from the span store (the figure holds no copy of them)
+    store = json.loads(re.search(r'id="timeline-store">(.*?)</script>', text, re.S).group(1))
+    drawn = {L["y"] for L in store["lanes"] if L and L["units"] and len(L["s"])}
     assert drawn == set(range(len(lanes)))
+    assert not any(t.get("type") == "scattergl" for t in fig["data"])
 
 
 def _frame(name: str, rows: list[dict]) -> pd.DataFrame:
@@ -229,6 +226,7 @@ def test_multi_rank_report_names_the_slow_rank(tmp_path: Path) -> None:
     out = write_report(Profile(tmp_path, meta, tables), tmp_path / "r.html")
     text = out.read_text(encoding="utf-8")
     assert 'id="ranks"' in text
+    assert "&middot; 2 ranks (ranks 0, 1), details for rank " in text
     # rank 1 works 20 us per step, rank 0 14 us (20 minus its 6 us wait): mean 17 us, +17.6%
     assert "Slow rank: rank 1</strong>" in text
     assert "works 20.0 us per step" in text and "+17.6%" in text
@@ -452,6 +450,18 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
         "w.clientWidth + 1).length"
     )
     assert wide == 0
+    # a click on a numeric header sorts the rows by it, ascending; again, descending
+    head = page.locator("#top-ops table.sortable th[data-numeric='1']").first
+    col = page.evaluate("(th) => [...th.parentNode.children].indexOf(th)", head.element_handle())
+    keys = (
+        "(col) => [...document.querySelector('#top-ops table.sortable').tBodies[0].rows]"
+        ".map((r) => parseFloat(r.cells[col].dataset.v))"
+    )
+    head.click()
+    up = page.evaluate(keys, col)
+    head.click()
+    down = page.evaluate(keys, col)
+    assert len(up) > 1 and up == sorted(up) and down == sorted(up, reverse=True)
     for section in SECTIONS:
         page.locator(f"#{section}").screenshot(path=str(artefacts / f"{section}.png"))
     assert errors == []

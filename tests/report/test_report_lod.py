@@ -17,7 +17,7 @@ from msprof_py.report import timeline as build
 from msprof_py.report import write_report
 from msprof_py.report.build import _step_groups, _steps
 from msprof_py.report.lanes import UNIT_COLORS
-from msprof_py.report.timeline import Lane, _aggregate, _hover_points, _lane_traces, typed
+from msprof_py.report.timeline import Lane, _aggregate, _hover_points, _lane_units, typed
 
 
 def _spans(rows: list[tuple[int, int, str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,38 +210,40 @@ def test_bin_lane_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_lane_traces_span_by_span() -> None:
-    # one segment and hover points per span, per unit a colour, one legend entry per unit
-    # across lanes, each hover point carrying its span's global index; y: the lane's number
+    # a lane drawn span by span: the page draws it at y = the lane's number from the span
+    # store, per unit in its colour (one legend entry per unit across lanes), every span a
+    # segment from its start to its end with hover text, each carrying its global index
     start = np.arange(0, 100_000, 1_000, dtype=np.int64)
     end = start + 999
     units = ["cube", "vector"] * 50
     legend: set[str] = set()
     lane = _lane(start, end, units)
     lane.offset = 1_000
-    traces = _lane_traces(lane, 2, 0, legend)
-    assert len(traces) == 4
-    cube, cube_markers, vector, _ = traces
-    assert (cube["name"], vector["name"]) == ("cube", "vector") and legend == {"cube", "vector"}
-    assert cube["line"]["color"] == UNIT_COLORS["cube"] != vector["line"]["color"]
-    assert cube["showlegend"] and vector["showlegend"]
-    x = typed_array(cube["x"])
-    assert len(x) == 150 and np.isnan(x[2::3]).all()
-    np.testing.assert_allclose(x[0::3], start[::2] / 1e3)
-    assert set(typed_array(cube["y"]).tolist()) == {2}
-    ids = set(typed_array(cube_markers["customdata"]).tolist())
-    assert ids == set(range(1_000, 1_100, 2))
-    assert "hovertext" not in cube_markers  # the page takes it from the span store
+    lane.extra["y"], lane.extra["units"] = 2, _lane_units(lane, legend)
     codes = build._Codes()
     entry = build._span_store([lane], 0, codes)["lanes"][0]
-    hovers = [build.hover_html(list(codes.table)[c]) for c in typed_array(entry["h"])]
+    assert entry["y"] == 2 and legend == {"cube", "vector"}
+    assert [(u["unit"], u["color"], u["legend"]) for u in entry["units"]] == [
+        ("cube", UNIT_COLORS["cube"], True),
+        ("vector", UNIT_COLORS["vector"], True),
+    ]
+    assert UNIT_COLORS["cube"] != UNIT_COLORS["vector"]
+    names = list(codes.table)
+    assert [names[c] for c in entry["u"]] == units
+    np.testing.assert_allclose(entry["s"], start / 1e3)
+    np.testing.assert_allclose(entry["e"], end / 1e3)
+    assert entry["g"] == 1_000  # hover point k of the lane carries global index g + k
+    hovers = [build.hover_html(names[c]) for c in typed_array(entry["h"])]
     assert len(hovers) == 100 and all(
         h.startswith("<b>k</b> (Add)<br>unit: AI_CORE") for h in hovers
     )
     assert hovers[0].endswith("<br>duration: 0.999 us")
     assert typed_array(entry["id"]).tolist() == list(range(100))
     assert typed_array(entry["op"]).tolist() == [-1] * 100
-    again = _lane_traces(_lane(start, end, units), 1, 0, legend)
-    assert not any(t["showlegend"] for t in again)
+    again = _lane_units(_lane(start, end, units), legend)
+    assert [u["unit"] for u in again] == ["cube", "vector"]
+    assert not any(u["legend"] for u in again)
+    assert _lane_units(_lane(start[:0], end[:0], []), legend) == []
 
 
 def _decode_chunks(chunks: list[dict], names: list[str]) -> pd.DataFrame:
@@ -352,7 +354,8 @@ def test_large_report_says_what_was_aggregated(tmp_path: Path) -> None:
     assert "601 step boundaries: one in 2 drawn (301 lines)" in notes
     # step 0 is left out as warm-up
     assert "599 steps: each bar is the mean of 2 consecutive steps (300 bars)" in notes
-    assert "(analysed 599 steps: 1-599, warm-up skipped 0)" in text  # not 599 numbers
+    assert "(analysed 599 steps: 1-599; step 0 left out as warm-up)" in text  # not 599 numbers
+    assert "&middot; 1 rank (rank 0) &middot;" in text
     store = json.loads(re.search(r'id="timeline-store">(.*?)</script>', text, re.S).group(1))
     assert [b["lane"] for b in store["binned"]] == [3, 2, 1, 0]  # every lane, top first
     bins = [len(typed_array(u["s"])) for b in store["binned"] for u in b["units"]]
