@@ -195,7 +195,10 @@ def test_a_run_that_never_used_the_npu_says_so_in_one_line(runs: dict[str, Run])
 
 
 @pytest.mark.filterwarnings("ignore::msprof_py.profile.ProfileWarning")
-def test_a_run_cut_short_by_sigkill_says_partial_killed(runs: dict[str, Run]) -> None:
+def test_a_run_cut_short_by_sigkill_says_partial_killed(
+    runs: dict[str, Run], tmp_path: Path
+) -> None:
+    """The summary line, the profile, the analysis and the HTML report's banner."""
     result = runs["killed"]
     assert result.returncode == 128 + 9
     assert "  1 rank (rank 0)   partial: killed   exit code 137" in result.stderr.splitlines()
@@ -204,6 +207,13 @@ def test_a_run_cut_short_by_sigkill_says_partial_killed(runs: dict[str, Run]) ->
     assert profile.partial and profile.meta[0]["status"] == "killed"
     analysis = msprof_py.analyze(result.run)
     assert analysis.profile["partial"] and analysis.profile["status"] == {0: "killed"}
+    from msprof_py.report.build import write_report
+
+    page = write_report(profile, tmp_path / "killed.html", analysis).read_text()
+    banner = page[page.index('id="partial-banner"') :]
+    assert banner[: banner.index("</p>")].startswith(
+        'id="partial-banner"><b>Partial profile (rank 0: killed)'
+    )
 
 
 def test_repr_is_a_short_summary(runs: dict[str, Run]) -> None:

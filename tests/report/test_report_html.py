@@ -606,3 +606,40 @@ def test_browser_bins_split_on_zoom(
     assert page.evaluate(shown, y) == binned
     assert errors == []
     page.close()
+
+
+def _table_after(text: str, heading: str) -> tuple[list[str], list[list[str]]]:
+    """The header names and the cell texts of the first table after ``heading``."""
+    part = text[text.index(heading) :]
+    part = part[: part.index("</table>")]
+    head = re.findall(r"<th [^>]*>([^<]*)</th>", part)
+    rows = [re.findall(r"<td [^>]*>([^<]*)</td>", r) for r in part.split("<tr>")[2:]]
+    return head, rows
+
+
+def test_operator_table_reads_like_an_operator_view(report_file: Path) -> None:
+    """Type, name, shapes, unit, count, total/avg/max, share, bound (MindStudio Insight's
+    operator view); the mean is the total over the count, shares are percentages."""
+    head, rows = _table_after(
+        report_file.read_text(encoding="utf-8"), "<h3>Operators (by name and shapes)</h3>"
+    )
+    assert head == [
+        "Op type",
+        "Name",
+        "Input shapes",
+        "Input dtypes",
+        "Unit",
+        "Count",
+        "Total (us)",
+        "Avg (us)",
+        "Max (us)",
+        "Share of step",
+        "Bound",
+    ]
+    assert rows
+    for op_type, name, _, _, unit, count, total, avg, peak, share, bound in rows:
+        assert op_type and name and unit, (op_type, name, unit)
+        n, t, a, m = (float(v.replace(",", "")) for v in (count, total, avg, peak))
+        assert a == pytest.approx(t / n, abs=0.051) and m >= a - 0.051
+        assert share.endswith("%") and "e" not in total + avg + peak
+        assert bound.endswith("-bound") or (not bound and "AI_" not in unit), (unit, bound)
