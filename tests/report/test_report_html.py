@@ -643,3 +643,17 @@ def test_operator_table_reads_like_an_operator_view(report_file: Path) -> None:
         assert a == pytest.approx(t / n, abs=0.051) and m >= a - 0.051
         assert share.endswith("%") and "e" not in total + avg + peak
         assert bound.endswith("-bound") or (not bound and "AI_" not in unit), (unit, bound)
+
+
+def test_step_bars_add_up_to_the_step(run_dir: Path) -> None:
+    """The step chart's stacked parts (computing, communication not overlapped, idle by
+    cause, copies only) partition each step: their sum is the step's time, never more."""
+    import msprof_py
+    from msprof_py.report.build import _STEP_COLUMNS, _step_groups
+
+    steps = msprof_py.analyze(run_dir).step_breakdown["steps"]
+    bars, k = _step_groups(steps)
+    assert k == 1 and len(bars) == len(steps) > 0
+    parts = bars[[c for c, _, _ in _STEP_COLUMNS if c in bars]].sum(axis=1).to_numpy()
+    total = steps.sort_values("step")["step_ns"].to_numpy()
+    assert parts == pytest.approx(total, rel=1e-9, abs=1.0)
