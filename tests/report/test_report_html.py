@@ -423,6 +423,14 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
     ].iloc[0]
     assert f"Selected: {k['name']}" in details
     assert f"Launched by: {launch['name']} (launch) on task-queue stage 2" in details
+    # and the op that launched it, with its module (instance path and class path; a
+    # backward op runs outside module hooks: no module line)
+    ops = profile.host_events.set_index("event_id")
+    op = ops.loc[launch["parent_id"]]
+    assert (f"Op module: {op['module_path']} ({op['module']})" in details) == bool(
+        op["module_path"]
+    ), (op.to_dict(), details)
+    assert ("Op module:" in details) == bool(op["module"])
     flows = page.evaluate(
         "() => document.getElementById('fig-timeline').layout.annotations"
         ".filter((a) => a.name === 'flow').length"
