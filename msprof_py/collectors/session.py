@@ -143,6 +143,7 @@ class Session:
         self._restore: list[Any] = []  # undo the patches of the hooks (in-process mode)
         self._last_sigint = -SIGINT_REPEAT_S
         self._discounted_from = 0
+        self._children_stopped = False
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -324,6 +325,7 @@ class Session:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         if self.status == "terminated" and self.pid == os.getpid():
+            self._stop_children_if_orphaned(signal.SIGTERM)
             # killed by SIGTERM as the script would be without msprof (status 143), even where
             # the SystemExit became another exception on its way out through torch's frames
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -353,15 +355,28 @@ class Session:
         raise KeyboardInterrupt
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """The first SIGTERM ends the script (``SystemExit`` through the exit path, which saves
+        the profile). Later ones are ignored: the kernel sends the parent-death signal once per
+        thread of the dying msprof, and one landing in the save would cut the profile; the
+        watchdog still ends a script that does not exit."""
+        self._stop_children_if_orphaned(signum)
+        if self.status == "terminated" or self._stopped:
+            return
         self.status = "terminated"
-        if orphans.orphaned(self._launcher_pid):  # msprof died: its grandchildren stop too
-            orphans.terminate_children(signum)
         # the SystemExit can land where Python swallows it (a __del__, a callback): if the
         # script still runs after a while, save the profile and end it from another thread
         watchdog = threading.Timer(SIGTERM_GRACE_S, self._terminate_now, args=(signum,))
         watchdog.daemon = True
         watchdog.start()
         raise SystemExit(128 + signum)
+
+    def _stop_children_if_orphaned(self, signum: int) -> None:
+        """msprof died: the script's own children stop too (once). The parent-death signal
+        can arrive before this process is re-parented, so each SIGTERM and the exit path
+        look again."""
+        if not self._children_stopped and orphans.orphaned(self._launcher_pid):
+            self._children_stopped = True
+            orphans.terminate_children(signum)
 
     def _terminate_now(self, signum: int) -> None:
         """The script did not end on its SIGTERM: save the profile, exit as killed by it
@@ -370,6 +385,7 @@ class Session:
             return
         with contextlib.suppress(Exception):
             self.stop("terminated")
+            self._stop_children_if_orphaned(signum)
         _real_exit(128 + signum)
 
     def _disable_in_child(self) -> None:
