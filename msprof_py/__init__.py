@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import typing as _typing
 
-from msprof_py.analyzers import Analysis, analyze
-from msprof_py.profile import Profile, ProfileError, load
-
 if _typing.TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from msprof_py.analyzers import Analysis, analyze
     from msprof_py.collectors.inprocess import record
+    from msprof_py.profile import Profile, ProfileError, load
 
 __version__ = "0.1.0"
 __all__ = [
@@ -49,14 +48,28 @@ def annotate(name: str) -> AbstractContextManager[None]:
     return _annotate(name)
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """``msprof_py.record``: :func:`msprof_py.collectors.inprocess.record`, imported on first
-    use (it needs torch; loading and analysing profiles does not)."""
-    if name == "record":
-        from msprof_py.collectors.inprocess import record
+#: the public names and the module each comes from, imported on first use: ``record`` needs
+#: torch, loading and analysing profiles need pandas, and the ``msprof`` launcher needs neither
+_LAZY = {
+    "Analysis": "msprof_py.analyzers",
+    "analyze": "msprof_py.analyzers",
+    "Profile": "msprof_py.profile",
+    "ProfileError": "msprof_py.profile",
+    "load": "msprof_py.profile",
+    "record": "msprof_py.collectors.inprocess",
+}
 
-        return record
-    raise AttributeError(f"module 'msprof_py' has no attribute {name!r}")
+
+def __getattr__(name: str) -> _typing.Any:
+    """The public API (:data:`_LAZY`), imported on first use and then kept as an attribute."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'msprof_py' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from msprof_py.collectors.session import CONFIG_ENV, SessionConfig
+from msprof_py.collectors.config import CONFIG_ENV, SessionConfig
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]

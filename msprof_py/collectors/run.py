@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from msprof_py.collectors.config import SessionConfig
 from msprof_py.collectors.launcher import LaunchError, launch
-from msprof_py.collectors.session import SessionConfig
 from msprof_py.exporters.sizes import VIEWER_LIMIT_BYTES
 from msprof_py.exporters.window import StepWindow
 from msprof_py.profile.meta import write_meta_file

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
 import signal
@@ -25,7 +24,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,12 @@ import msprof_py
 from msprof_py import adapter
 from msprof_py.adapter import runtime, steps
 from msprof_py.collectors import orphans
+from msprof_py.collectors.config import SessionConfig
 from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
 from msprof_py.profile.schema import DATA_LOADING, FORMAT_VERSION, RAW_DIR
 from msprof_py.profile.writer import RawWriter
 
-#: environment variable through which the launcher hands the config to the bootstrap
-CONFIG_ENV = "MSPROF_PY_CONFIG"
 #: a second SIGINT this soon after the first is the same interrupt (see Session._on_sigint)
 SIGINT_REPEAT_S = 0.5
 #: the start of torch.compile's warning about global module hooks (matched exactly)
@@ -62,37 +60,6 @@ RECORDED_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "ASCEND_RT_VISIBLE_DEVICES",
 )
-
-
-@dataclass
-class SessionConfig:
-    """What to record and where (the launcher passes it to every process as JSON)."""
-
-    output: str = "."
-    device: str = "ascend910b"
-    numerics: str = "cpu"
-    host_time: str = "modeled"
-    warmup: int = 0
-    iteration: int | None = None
-    #: what ends a step: optimizer | marks | an optimizer index (Recorder's ``steps_from``)
-    steps_from: str = "optimizer"
-    task_time: bool = True
-    sys_hardware_mem: bool = True
-    ascendcl: bool = True
-    deterministic: bool = False
-    #: record the Python stack of every host op (``msprof --with-stack``)
-    with_stack: bool = False
-    command: str = ""
-    #: write the Ascend exports when the session stops (off when the launcher does it)
-    export: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> SessionConfig:
-        return cls(**json.loads(text))
 
 
 def run_dir_name(now: dt.datetime | None = None, pid: int | None = None) -> str:
