@@ -596,6 +596,7 @@ def _check_sample_output(stdout: str) -> None:
     assert "parameters identical on all ranks: True" in stdout
 
 
+@pytest.mark.slow  # the default run records this sample under torchrun (test_msprof_run.py)
 def test_sample_runs_under_torchrun() -> None:
     sample = str(ROOT / "sample_runs" / "train_ddp.py")
     cmd = [*_torchrun(), "--standalone", "--nproc-per-node=2", sample, "--steps", "3"]

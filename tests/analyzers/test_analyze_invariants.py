@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from typing import Any
 
@@ -157,7 +158,12 @@ def test_random_timelines_add_up(spec: tuple, warmup: int | None, keep: bool) ->
     check_steps(data)
 
 
-@settings(FAST, max_examples=10)  # a whole analysis per example: a second each
+#: whole analyses per run of the document property (a second or more each): a few in the
+#: default run, more with MSPROF_DOCUMENT_EXAMPLES=50
+DOCUMENT_EXAMPLES = int(os.environ.get("MSPROF_DOCUMENT_EXAMPLES", "4"))
+
+
+@settings(FAST, max_examples=DOCUMENT_EXAMPLES)
 @given(timeline_strategy, st.sampled_from([None, 0]))
 def test_random_timelines_make_a_clean_document(spec: tuple, warmup: int | None) -> None:
     try:

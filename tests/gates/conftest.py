@@ -2,7 +2,8 @@
 parallel, every one in its own ``msprof`` process, and their figures (analysed once).
 
 - ``resnet_a``, ``resnet_b``: ``sample_runs/train_resnet.py --steps 3`` recorded twice
-  (determinism);
+  when the (slow) determinism test is selected; otherwise ``resnet_b`` is a copy of
+  ``resnet_a`` (the default run checks determinism in tests/damaged/test_determinism.py);
 - ``regressed``: the same sample with a deliberate regression (:data:`REGRESSED`): an extra
   unfused op (a sigmoid) and pageable host-to-device copies in every step;
 - made from those by copying rank folders and editing their ``meta.json`` (no recording):
@@ -49,6 +50,10 @@ sys.exit(train_resnet.main(sys.argv[1:]))
 STEPS = ["--steps", "3"]
 
 
+#: the test that compares two recordings of one sample (slow: one recording more)
+TWICE_TEST = "test_the_same_sample_recorded_twice"
+
+
 def _record(runs: dict[str, list[str]], folder: Path) -> dict[str, Path]:
     """Record each program under ``msprof`` in its own process, all at once."""
     procs = {}
@@ -86,15 +91,23 @@ def _copy(run: Path, dest: Path, rank: int = 0, world: int = 1, **meta: object) 
 
 
 @pytest.fixture(scope="session")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
     """Name -> run folder of every profile described above."""
     folder = tmp_path_factory.mktemp("gate_runs")
     script = folder / "train_resnet_regressed.py"
     script.write_text(REGRESSED, encoding="utf-8")
     resnet = [str(SAMPLES / "train_resnet.py"), *STEPS]
-    out = _record(
-        {"resnet_a": resnet, "resnet_b": resnet, "regressed": [str(script), *STEPS]}, folder
-    )
+    programs = {"resnet_a": resnet, "regressed": [str(script), *STEPS]}
+    twice = any(item.name.startswith(TWICE_TEST) for item in request.session.items)
+    if twice:
+        programs["resnet_b"] = resnet
+    out = _record(programs, folder)
+    if not twice:
+        copied = folder / "resnet_b" / out["resnet_a"].name
+        shutil.copytree(out["resnet_a"], copied)
+        out["resnet_b"] = copied
     made = {name: folder / name for name in ("cluster", "cluster_base", "measured", "other_device")}
     _copy(out["resnet_a"], made["cluster"], 0, 2)
     _copy(out["regressed"], made["cluster"], 1, 2)

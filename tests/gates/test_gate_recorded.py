@@ -58,6 +58,7 @@ def relative(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # a third recording; the default run's determinism check is in tests/damaged
 def test_the_same_sample_recorded_twice_gives_identical_figures(figures_of) -> None:
     a, b = figures_of("resnet_a"), figures_of("resnet_b")
     assert a == b
