@@ -18,15 +18,20 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)  ## the main job: profile the ResNet sample on the simulated NPU
 	$(BIN)/msprof --output=profile_data python sample_runs/train_resnet.py --steps 5
 
+#: the suite starts a few hundred Python processes (msprof runs, fresh interpreters): compile
+#: the package once, and let those processes and pytest keep their bytecode even where the
+#: machine sets PYTHONDONTWRITEBYTECODE (each process would compile every module again)
+PYTEST := $(BIN)/python -m compileall -q msprof_py && PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+
 test: $(STAMP)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-all: $(STAMP)  ## everything, slow tests included (the whole OpInfo database ...)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "slow or not slow" $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "slow or not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

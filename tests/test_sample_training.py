@@ -155,7 +155,10 @@ def test_main_runs_with_the_device_already_installed(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     "script, args",
     [
-        ("train_resnet.py", ["--steps", "2", "--batch-size", "4"]),
+        # the ResNet sample runs under msprof in the report, gate and analysis tests
+        pytest.param(
+            "train_resnet.py", ["--steps", "2", "--batch-size", "4"], marks=pytest.mark.slow
+        ),
         ("train_transformer.py", ["--steps", "2", "--batch-size", "2"]),
         ("train_dataloader.py", ["--steps", "2", "--batch-size", "16"]),
     ],

@@ -10,16 +10,17 @@ equal. Heavier models are slow-marked; the default run keeps one case per HF mod
 from __future__ import annotations
 
 import pytest
+import test_hf_models as hf
 import torch
 from cuda_autocast import CudaPolicyOnCpu
 from model_helpers import compare_training
+from optional import LazyModule, needs
 from torch.nn import functional as F
 
 from msprof_py.device import SimulatedNpu
 
-transformers = pytest.importorskip("transformers")
-
-import test_hf_models as hf  # noqa: E402  (after the importorskip)
+pytestmark = needs("transformers")
+transformers = LazyModule("transformers")
 
 FP16 = (torch.float16, True)  # with a GradScaler
 BF16 = (torch.bfloat16, False)

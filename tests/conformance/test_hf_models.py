@@ -7,11 +7,13 @@ from collections.abc import Callable
 import pytest
 import torch
 from model_helpers import compare_training
+from optional import LazyModule, needs
 from torch import nn
 
 from msprof_py.device import SimulatedNpu
 
-transformers = pytest.importorskip("transformers")
+pytestmark = needs("transformers")
+transformers = LazyModule("transformers")
 
 VOCAB = 96
 SEQ = 12

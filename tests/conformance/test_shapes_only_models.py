@@ -9,9 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from optional import needs
 
-pytest.importorskip("transformers")
-pytest.importorskip("timm")
+pytestmark = needs("transformers", "timm")
 
 SCRIPT = """
 import json, sys

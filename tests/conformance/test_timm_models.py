@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 from model_helpers import compare_training
+from optional import LazyModule, needs
 from torch import nn
 from torch.nn import functional as F
 
 from msprof_py.device import SimulatedNpu
 
-timm = pytest.importorskip("timm")
+pytestmark = needs("timm")
+timm = LazyModule("timm")
 
 #: name -> extra create_model arguments that keep the model small at 32x32 inputs
 MODELS: dict[str, dict] = {
