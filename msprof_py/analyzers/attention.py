@@ -325,6 +325,31 @@ def _with_views(data: RankData, matches: pd.DataFrame, members: pd.DataFrame) ->
     return pd.concat(found, ignore_index=True)
 
 
+def _unrecorded_nodes(ops: pd.DataFrame, seq: pd.DataFrame, end: pd.Series) -> pd.DataFrame:
+    """The autograd nodes (``match``, ``node``, ``step``) of forward ops inside each attention
+    that left no host op: a view such as the output's ``transpose(1, 2)`` gets a sequence
+    number but dispatches nothing the recorder sees, and its backward (the gradient's layout
+    copy before the first backward matmul) runs in its node. Numbers between an attention's
+    first and last member that no recorded forward op holds are taken as such views; a
+    recorded op in that range that is not a member (a learned bias added to the scores) keeps
+    its backward."""
+    rows = []
+    fwd_ops = ops.loc[ops["sequence"] >= 0, ["sequence", "step", "start_ns"]]
+    for (match, step), group in seq.groupby(["match", "step"]):
+        lo, hi = int(group["sequence"].min()), int(group["sequence"].max())
+        taken = set(group["sequence"].astype(int))
+        near = fwd_ops[
+            (fwd_ops["step"] == step)
+            & fwd_ops["sequence"].between(lo, hi)
+            & (fwd_ops["start_ns"] <= end.at[match])
+        ]
+        recorded = set(near["sequence"].astype(int))
+        for number in range(lo, hi + 1):
+            if number not in taken and number not in recorded:
+                rows.append((match, number - 1, step))
+    return pd.DataFrame(rows, columns=["match", "node", "step"])
+
+
 def _backward(data: RankData, matches: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
     """``members`` with the backward ops of each attention added."""
     ops = data.host_ops
@@ -336,7 +361,8 @@ def _backward(data: RankData, matches: pd.DataFrame, members: pd.DataFrame) -> p
     seq = fwd[fwd["sequence"] >= 0]
     if len(seq):
         end = seq.groupby("match")["end_ns"].max()
-        nodes = seq.assign(node=seq["sequence"] - 1)[["match", "node", "step"]]
+        nodes = _unrecorded_nodes(ops, seq, end)
+        nodes = pd.concat([seq.assign(node=seq["sequence"] - 1)[["match", "node", "step"]], nodes])
         nodes = nodes.drop_duplicates(["node", "step"])
         cand = ops[ops["sequence"] >= 0][["event_id", "sequence", "step", "start_ns"]]
         cand = cand[~cand["event_id"].isin(members["event_id"])]

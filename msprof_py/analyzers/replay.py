@@ -46,17 +46,25 @@ LEAF_KINDS = ("launch", "sync", "api", "python")
 
 @dataclass(frozen=True)
 class Change:
-    """A change the replay can express: ``drop`` (task ids removed, with their launches) and
-    ``durations`` (new task durations in ns, indexed by task id)."""
+    """A change the replay can express: ``drop`` (task ids removed, with their launches),
+    ``durations`` (new task durations in ns, indexed by task id) and ``sunk`` (task ids that
+    keep their device time but run in a compiled graph sunk to the device: their launch
+    records, and the host time before each since the previous record, the op's dispatch,
+    cost nothing; each reaches the device as the host passes its place in the program)."""
 
     drop: frozenset[int] = frozenset()
     durations: pd.Series = field(default_factory=lambda: pd.Series(dtype="float64"))
+    sunk: frozenset[int] = frozenset()
 
 
-def change(drop: Any = (), durations: pd.Series | None = None) -> Change:
-    """A :class:`Change` from task ids and an optional duration series."""
+def _ids(values: Any) -> frozenset[int]:
+    return frozenset(int(x) for x in np.asarray(list(values), np.int64))
+
+
+def change(drop: Any = (), durations: pd.Series | None = None, sunk: Any = ()) -> Change:
+    """A :class:`Change` from task ids, an optional duration series and sunk task ids."""
     new = pd.Series(dtype="float64") if durations is None else durations.astype("float64")
-    return Change(frozenset(int(x) for x in np.asarray(list(drop), np.int64)), new)
+    return Change(_ids(drop), new, _ids(sunk))
 
 
 def combine(changes: list[Change]) -> Change:
@@ -66,14 +74,21 @@ def combine(changes: list[Change]) -> Change:
     parts = [c.durations for c in changes if len(c.durations)]
     durations = pd.concat(parts).groupby(level=0).min() if parts else pd.Series(dtype="float64")
     durations = durations[~durations.index.isin(list(drop))]
-    return Change(drop, durations)
+    sunk = frozenset().union(*(c.sunk for c in changes)) if changes else frozenset()
+    return Change(drop, durations, sunk - drop)
 
 
-def record(data: RankData, rule: str, drop: Any = (), durations: pd.Series | None = None) -> float:
+def record(
+    data: RankData,
+    rule: str,
+    drop: Any = (),
+    durations: pd.Series | None = None,
+    sunk: Any = (),
+) -> float:
     """Keep ``rule``'s change for :func:`joint_gain_ns` and return its replayed gain (ns per
     step, as :func:`gain_ns`)."""
-    data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations)
-    return gain_ns(data, drop, durations)
+    data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations, sunk)
+    return gain_ns(data, drop, durations, sunk)
 
 
 def recorded(data: RankData) -> dict[str, Change]:
@@ -89,7 +104,7 @@ def joint_gain_ns(data: RankData, rules: list[str]) -> float:
     if not changes:
         return 0.0
     both = combine(changes)
-    return gain_ns(data, sorted(both.drop), both.durations)
+    return gain_ns(data, sorted(both.drop), both.durations, sorted(both.sunk))
 
 
 def _window(data: RankData) -> tuple[list[int], int | None]:
@@ -216,9 +231,14 @@ class _Timeline:
             out.append(running)
         return np.asarray(out)
 
-    def run(self, dropped: np.ndarray, duration: np.ndarray) -> np.ndarray:
-        """Replayed step ends with ``dropped`` tasks removed and task durations ``duration``
-        (both indexed like the window's tasks)."""
+    def run(
+        self, dropped: np.ndarray, duration: np.ndarray, sunk: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Replayed step ends with ``dropped`` tasks removed, task durations ``duration``
+        and ``sunk`` tasks launched by a compiled graph (all indexed like the window's
+        tasks)."""
+        if sunk is None:
+            sunk = np.zeros(len(self.task_id), bool)
         n = len(self.task_id)
         end = self.end.astype(np.float64).copy()
         arrival = self.launch.astype(np.float64).copy()
@@ -248,7 +268,12 @@ class _Timeline:
             host += max(0.0, gap)
             i = int(self.h_task[k])
             kind = self.kind[k]
-            if kind == "launch" and i >= 0:
+            if kind == "launch" and i >= 0 and sunk[i] and not dropped[i]:
+                host -= max(0.0, gap)  # the op's dispatch runs in the graph, not here
+                arrival[i] = host
+                place(i)
+                last_launched = i
+            elif kind == "launch" and i >= 0:
                 if not dropped[i]:
                     host += own
                     arrival[i] = stage2_free = max(host, stage2_free) + float(self.stage2[k])
@@ -297,10 +322,12 @@ def gain_ns(
     data: RankData,
     drop: Any = (),
     durations: pd.Series | None = None,
+    sunk: Any = (),
 ) -> float:
-    """Mean step time saved (ns per step) by removing the tasks ``drop`` (task ids) and giving
-    tasks the durations ``durations`` (indexed by task id), replayed (0.0 without host
-    records to replay)."""
+    """Mean step time saved (ns per step) by removing the tasks ``drop`` (task ids), giving
+    tasks the durations ``durations`` (indexed by task id) and running the tasks ``sunk``
+    in a compiled graph (:class:`Change`), replayed (0.0 without host records to
+    replay)."""
     tl = _timeline(data)
     if tl is None or not len(tl.ids):
         return 0.0
@@ -310,8 +337,9 @@ def gain_ns(
     if durations is not None and len(durations):
         new = durations.reindex(tl.task_id).to_numpy(np.float64)
         changed = np.where(np.isnan(new), base, new)
+    in_graph = np.isin(tl.task_id, np.asarray(list(sunk), np.int64))
     before = tl.run(np.zeros(len(tl.task_id), bool), base)
-    after = tl.run(dropped, changed)
+    after = tl.run(dropped, changed, in_graph)
     k = len(tl.ids)
     return float((before[-1] - before[0]) - (after[-1] - after[0])) / k
 

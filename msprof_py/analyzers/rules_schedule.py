@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import (
+    ampplan,
     batchscale,
     batchtune,
     compute,
@@ -27,7 +28,7 @@ from msprof_py.analyzers import (
     timeline,
 )
 from msprof_py.analyzers import ops as ops_table
-from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.context import KERNEL, RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
 from msprof_py.analyzers.recost import pinned_copy_ns
 from msprof_py.analyzers.rules_compute import (
@@ -102,12 +103,44 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
         # the device (it waited for another stream or for resources): not counted
         "arrived_idle_us": us(arrived / n),
     }
+    gain_us = values["time_us"]
     if not _compiling_done(split):
         evidence["apply"] = {"compile": "npu"}
-    finding = spec.fire(values, share, values["time_us"], data.rank, evidence)
+        sunk = compiled_model_tasks(data)
+        if sunk is not None:
+            # the step with the model's forward and backward in graphs, replayed: what the
+            # eager optimizer step and the rest of the loop leave of the idle time
+            gain_us = us(replay.record(data, spec.name, (), None, sunk))
+            evidence["replayed"] = True
+            evidence["compiled_tasks_per_step"] = len(sunk) / n
+    finding = spec.fire(values, share, gain_us, data.rank, evidence)
+    if not evidence.get("replayed"):
+        finding.gain_model = "heuristic"  # the idle time itself: an upper bound
     if not _optimizer_left(split):
         finding.advice += compiled_note(data)
     return finding
+
+
+def compiled_model_tasks(data: RankData) -> np.ndarray | None:
+    """The task ids ``torch.compile(model)`` would launch from its graphs: those of the eager
+    ops run inside a module (the model's forward) or on another thread than the loop's
+    (autograd's backward), not those of the optimizer step, the loss or the input copies,
+    which stay eager. None without launch records to replay."""
+    if not (data.all_host["kind"] == "launch").any():
+        return None
+    ops = data.host_ops
+    eager = graphs._op_graph(data) == ""
+    optimizer_ops = ampplan.in_optimizer(data, ops)
+    in_module = ops["module"].astype(str).to_numpy() != ""
+    threads = ops.loc[in_module, "thread"]
+    if threads.empty:
+        return None
+    loop_thread = threads.mode().iloc[0]
+    backward = ops["thread"].to_numpy() != loop_thread
+    picked = ops.loc[eager & ~optimizer_ops & (in_module | backward), "event_id"]
+    tasks = data.tasks
+    chosen = tasks["host_op_id"].isin(picked) & tasks["kind"].isin((KERNEL, "memcpy"))
+    return tasks.loc[chosen, "task_id"].to_numpy(np.int64)
 
 
 def _dispatch_idle(data: RankData) -> tuple[float, float]:

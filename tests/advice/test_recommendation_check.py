@@ -46,6 +46,7 @@ CHECKED = [
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
     ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
     ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
+    ("transformer", "host_bound_dispatch"),  # the same on the transformer
     ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred
     ("index", "aicpu_fallback"),  # its int64 index arithmetic run in int32 (--index-dtype)
     ("transdata", "transdata_heavy"),  # private formats off (TransData 30% of the step)

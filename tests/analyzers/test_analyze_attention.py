@@ -33,6 +33,35 @@ def matches(b: Builder) -> list[str]:
     return attention.find(context.prepare(b.build(), 0, warmup=0)).matches["ops"].tolist()
 
 
+@pytest.mark.parametrize("recorded_between", [False, True])
+def test_backward_of_an_unrecorded_view_inside_the_attention(recorded_between: bool) -> None:
+    """Forward ops 10, 12, 13 leave number 11 to a view the recorder never saw (the output's
+    ``transpose(1, 2)``): the layout copy its backward runs (node 10) belongs to the
+    attention. Where a recorded op outside the attention holds 11 (a learned bias), its
+    backward stays."""
+    b = Builder().step(0, 0, 400_000)
+    t = chain(b, 0, [QK, ("aten::_softmax", SCORES, SCORES, {}), PV])
+    for op, seq in zip([e for e in b.host if e["kind"] == "op"], (10, 12, 13), strict=True):
+        op["sequence"] = seq
+    if recorded_between:
+        b.op("aten::mul", 1_500, 1_600, [dict(start=2_000, end=2_100)], sequence=11, step=0)
+    back = [
+        ("aten::bmm", "32,64,32;32,32,64", "32,64,64", {"task_type": "AI_CORE"}),
+        ("aten::_softmax_backward_data", f"{SCORES};{SCORES}", SCORES, {}),
+        ("aten::copy_", "8,4,64,32;8,4,64,32", "8,4,64,32", {}),
+        ("aten::bmm", "32,64,64;32,64,32", "32,64,32", {"task_type": "AI_CORE"}),
+    ]
+    first = len(b.host)
+    chain(b, t, back, thread=2)
+    ops = [e for e in b.host[first:] if e["kind"] == "op"]
+    for op, seq in zip(ops, (12, 11, 10, 9), strict=True):
+        op["sequence"] = seq
+    members = attention.find(context.prepare(b.build(), 0, warmup=0)).members
+    backward = set(members.loc[members["phase"] == "backward", "event_id"])
+    copy = ops[2]["event_id"]
+    assert backward == {op["event_id"] for op in ops} - ({copy} if recorded_between else set())
+
+
 def test_masks_built_with_eq_and_safe_softmax_sit_between() -> None:
     """The mask is built with ``==`` on its own shape (it consumes nothing the matmul wrote,
     which broke the op-sequence pattern), then masked_fill and _safe_softmax."""

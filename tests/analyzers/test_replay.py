@@ -385,3 +385,37 @@ def test_the_joint_gain_is_shown_beside_the_bound_with_what_it_includes() -> Non
         "sync_in_loop only in the bound"
     )
     assert render.joint_text({"joint_gain_us": None}) == build.joint_figure({}) == ""
+
+
+def test_tasks_sunk_in_a_graph_keep_their_device_time_and_cost_the_host_nothing() -> None:
+    """The first two kernels of each step launched by a compiled graph: they reach the device
+    as the host passes them (0 us), run 0-3 and 3-6 us; the third launch (stage 1 at 0-6 us,
+    stage 2 to 16 us) runs 16-19 us and the sync returns at 24 us instead of 44 us."""
+    d = data(pipeline(3))
+    graph = d.all_tasks.loc[d.all_tasks["task_id"] % 3 != 2, "task_id"]
+    assert replay.gain_ns(d, sunk=graph) == pytest.approx(20 * US)
+    # kept for the joint estimate like any change, and combined with a removal
+    both = replay.combine([replay.change(sunk=graph), replay.change(drop=[2])])
+    assert both.sunk == frozenset(int(x) for x in graph) and both.drop == {2}
+
+
+def test_compiling_the_model_sinks_its_forward_and_backward_not_the_optimizer() -> None:
+    """Forward ops run in a module on the loop's thread, backward ops on autograd's thread:
+    compiled; the loss (no module), the input copy and the optimizer step stay eager."""
+    from msprof_py.analyzers.rules_schedule import compiled_model_tasks
+
+    b = Builder()
+    kernel = [dict(start=100 * US, end=101 * US)]
+    ids = {
+        "copy": b.op("aten::copy_", 0, 2 * US, [dict(start=90 * US, end=91 * US)], step=0),
+        "forward": b.op("aten::mm", 2 * US, 4 * US, kernel, module="net.fc", step=0),
+        "loss": b.op("aten::mse_loss", 4 * US, 6 * US, kernel, step=0),
+        "backward": b.op("aten::mm", 6 * US, 8 * US, kernel, thread=2, step=0),
+        "optimizer": b.op("aten::add_", 9 * US, 10 * US, kernel, step=0),
+    }
+    b.event("annotation", "Optimizer.step#SGD.step", 8 * US, 11 * US, step=0)
+    b.step(0, 0, 200 * US)
+    d = context.prepare(b.build(), 0, warmup=0)
+    chosen = set(compiled_model_tasks(d).tolist())
+    by_op = d.tasks.set_index("host_op_id")["task_id"]
+    assert chosen == {int(by_op[ids["forward"]]), int(by_op[ids["backward"]])}
