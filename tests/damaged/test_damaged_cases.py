@@ -403,6 +403,28 @@ def test_file_names_from_recorded_values_stay_in_the_folder() -> None:
 # ---- process hygiene ---------------------------------------------------------------------
 
 
+def _launch_until_ready(
+    tmp_path: Path, script: Path, flag: Path, stderr: int
+) -> tuple[subprocess.Popen, int]:
+    """``msprof --output out python script`` started in ``tmp_path``, once the script has
+    written its pid to ``flag``: (the launcher, the script's pid)."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "msprof_py.cli_entry", "--output", str(tmp_path / "out"),
+         "python", str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )  # fmt: skip
+    for _ in range(600):
+        if flag.exists() and flag.read_text():
+            return launcher, int(flag.read_text())
+        if launcher.poll() is not None:
+            pytest.fail("msprof ended before the script was ready")
+        time.sleep(0.1)
+    launcher.kill()
+    pytest.fail("the script did not get ready within a minute")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_the_application_dies_with_a_killed_msprof(tmp_path: Path) -> None:
     """SIGKILL msprof itself: the script it launched gets SIGTERM, so it stops and flushes,
@@ -422,21 +444,8 @@ def test_the_application_dies_with_a_killed_msprof(tmp_path: Path) -> None:
         "    (x + 1).sum().item()\n"
         "    time.sleep(0.01)\n"
     )
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "msprof_py.cli_entry", "--output", str(tmp_path / "out"),
-         "python", str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    launcher, child = _launch_until_ready(tmp_path, script, flag, subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            if flag.exists() and flag.read_text():
-                break
-            if launcher.poll() is not None:
-                pytest.fail("msprof ended before the script was ready")
-            time.sleep(0.1)
-        child = int(flag.read_text())
         launcher.send_signal(signal.SIGKILL)
         launcher.wait(timeout=10)
         for _ in range(300):
@@ -491,21 +500,8 @@ def test_sigterm_repeated_during_the_save_keeps_the_profile(tmp_path: Path) -> N
         "while True:\n"
         "    (x + 1).sum().item()\n"
     )
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "msprof_py.cli_entry", "--output", str(tmp_path / "out"),
-         "python", str(script)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+    launcher, child = _launch_until_ready(tmp_path, script, flag, subprocess.PIPE)
     try:
-        for _ in range(600):
-            if flag.exists() and flag.read_text():
-                break
-            if launcher.poll() is not None:
-                pytest.fail("msprof ended before the script was ready")
-            time.sleep(0.1)
-        child = int(flag.read_text())
         for _ in range(40):  # 40 signals 5 ms apart: some land inside the save
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGTERM)
