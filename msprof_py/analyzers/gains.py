@@ -26,6 +26,7 @@ bound.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from msprof_py.analyzers import replay
@@ -126,5 +127,31 @@ def joint(data: RankData, findings: list[Finding]) -> dict[str, Any]:
         "not_included": [
             f.rule for f in fired if f.rule not in kept and (f.estimated_gain_us or 0) > 0
         ],
+        "by_recipe": by_recipe(data, fired, kept),
         "basis": JOINT_BASIS,
     }
+
+
+def by_recipe(data: RankData, fired: list[Finding], kept: dict[str, Any]) -> list[dict[str, Any]]:
+    """One change applied, the findings it answers re-costed together: for each recipe
+    (``evidence["apply"]``) of the fired findings with a replayable change, the rules that
+    name it (in priority order) and their joint gain (us per step). Compiling the model is
+    the recipe of host-bound dispatch and of the pattern fusions at once: its gain is theirs
+    together, not the sum."""
+    groups: dict[str, list[str]] = {}
+    recipes: dict[str, Any] = {}
+    for f in fired:
+        recipe = (f.evidence or {}).get("apply")
+        if recipe is None or f.rule not in kept:
+            continue
+        key = json.dumps(recipe, sort_keys=True)
+        recipes[key] = recipe
+        groups.setdefault(key, []).append(f.rule)
+    return [
+        {
+            "apply": recipes[key],
+            "rules": rules,
+            "gain_us": max(0.0, replay.joint_gain_ns(data, rules) / 1e3),
+        }
+        for key, rules in groups.items()
+    ]

@@ -183,6 +183,11 @@ def fusion(ctx: RuleContext, spec: RuleSpec) -> Finding:
     replayed = None if change is None else replay.record(data, spec.name, *change)
     evidence["device_saved_us_per_step"] = us(saved / n)
     evidence["replayed"] = replayed is not None
+    if spec.extra.get("recipe") and not evidence["compiled"]:
+        # the advice's change (compiling the model fuses the chains and sinks every launch
+        # of the model's graphs, so its gain is this finding's together with
+        # host_bound_dispatch's: the joint estimate by recipe)
+        evidence["apply"] = dict(spec.extra["recipe"])
     gain = saved / n if replayed is None else replayed
     finding = spec.fire(values, values["share"], us(gain), data.rank, evidence)
     finding.message += (" " + outcomes["sentence"]) if outcomes["sentence"] else ""

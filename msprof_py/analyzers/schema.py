@@ -27,6 +27,9 @@ rank it describes; times are integer ns unless a key ends in ``_us``; shares are
                     the findings in joint_gain_rules applied together; null when no fired
                     finding's change is replayable), joint_gain_sum_us (their single gains
                     added up), joint_gain_not_included (fired findings only in the bound),
+                    joint_gain_by_recipe (per change a finding names, ``apply``: the
+                    findings naming it, ``rules``, and their joint gain, ``gain_us``; one
+                    torch.compile answers host-bound dispatch and the fusions at once),
                     joint_gain_basis
 ``top_ops``         ``by_type``, ``by_name`` (name + input shapes and dtypes), ``host``
 ``op_statistic``    msprof's op_statistic table (every op type and core type)
@@ -186,6 +189,7 @@ HEADLINE_KEYS = [
     "joint_gain_rules",
     "joint_gain_sum_us",
     "joint_gain_not_included",
+    "joint_gain_by_recipe",
     "joint_gain_basis",
 ]
 
@@ -254,6 +258,7 @@ def headline(a: Analysis) -> dict[str, Any]:
             "joint_gain_rules": list(a.joint.get("rules") or []),
             "joint_gain_sum_us": a.joint.get("sum_us"),
             "joint_gain_not_included": list(a.joint.get("not_included") or []),
+            "joint_gain_by_recipe": list(a.joint.get("by_recipe") or []),
             "joint_gain_basis": a.joint.get("basis", ""),
         }
     )

@@ -36,6 +36,13 @@ SAMPLE_ARGV = {
     "transformer": ["train_transformer.py", "--steps", "4"],
     "amp-fp32": ["train_amp.py", "--steps", "3", "--no-amp"],
     "amp-bf16": ["train_amp.py", "--steps", "3"],
+    "dataloader": ["train_dataloader.py", "--steps", "4", "--no-prefetch"],
+}
+#: advice that is a code change no recipe expresses, applied by running the sample's own
+#: version with that change: (sample, rule) -> the argv after it (the DataLoader sample's
+#: default mode is the side-stream prefetcher with non_blocking copies the advice describes)
+CODE_CHANGES = {
+    ("dataloader", "exposed_copies"): ["train_dataloader.py", "--steps", "4"],
 }
 #: (sample, rule) pairs whose advice is applied and measured
 CHECKED = [
@@ -51,6 +58,7 @@ CHECKED = [
     ("index", "aicpu_fallback"),  # its int64 index arithmetic run in int32 (--index-dtype)
     ("transdata", "transdata_heavy"),  # private formats off (TransData 30% of the step)
     ("resnet", "transdata_heavy"),  # the same, where 2 TransData per step are launch-bound
+    ("dataloader", "exposed_copies"),  # batches prefetched on a side stream (CODE_CHANGES)
 ]
 #: the joint check: a sample where two findings with replayable changes fire, and their
 #: recipes, applied together and compared with the headline's re-costed joint gain
@@ -61,6 +69,13 @@ JOINT = (
         "aicpu_fallback": {"dtype": {"from": "int64", "to": "int32"}},
     },
 )
+#: (sample, rule, other rule): two findings naming one recipe (compiling the model answers
+#: host-bound dispatch and the Conv+BN / matmul epilogue fusions at once); the recipe,
+#: applied once, is measured against their joint estimate (``joint_gain_by_recipe``)
+SHARED = [
+    ("resnet", "host_bound_dispatch", "fusion_conv_bn_relu"),
+    ("transformer", "host_bound_dispatch", "fusion_matmul_epilogue"),
+]
 #: rules whose finding may still fire once applied, for another cause it names: the check is
 #: then that it no longer carries its recipe (compiling the ResNet sample leaves the eager
 #: optimizer step's dispatch, which is fused_optimizer's advice)
@@ -132,10 +147,15 @@ def applied(
     batches = {}
     for sample, rule in dict.fromkeys(_selected(request)):
         recipe = _finding(baselines[sample], rule)["evidence"].get("apply")
-        if recipe is None:
+        if (sample, rule) in CODE_CHANGES:
+            script, *args = CODE_CHANGES[sample, rule]
+            argv = [str(SAMPLES / script), *args]
+            recipe = {}
+        elif recipe is None:
             continue
-        script, *args = SAMPLE_ARGV[sample]
-        argv = [str(APPLY), json.dumps(recipe), str(SAMPLES / script), *args]
+        else:
+            script, *args = SAMPLE_ARGV[sample]
+            argv = [str(APPLY), json.dumps(recipe), str(SAMPLES / script), *args]
         procs[sample, rule] = _record(parent / f"{sample}-{rule}", argv)
         batches[sample, rule] = recipe.get("batch_size", SAMPLE_BATCH.get(sample))
     return {k: _analysis(parent / f"{k[0]}-{k[1]}", p, batches[k]) for k, p in procs.items()}
@@ -198,3 +218,26 @@ def test_advice_applied_together_delivers_the_joint_estimate(tmp_path: Path) -> 
           f"gains {head['joint_gain_sum_us']:.1f} us, bound {head['estimated_gain_us']:.1f} "
           f"us), measured {measured:.1f} us, ratio {measured / estimated:.2f}")  # fmt: skip
     assert 1 - TOLERANCE <= measured / estimated <= 1 + TOLERANCE, (measured, estimated)
+
+
+@pytest.mark.parametrize(("sample", "rule", "other"), SHARED)
+def test_a_recipe_two_findings_name_delivers_their_joint_estimate(
+    baselines: dict[str, dict[str, Any]],
+    applied: dict[tuple[str, str], dict[str, Any]],
+    sample: str,
+    rule: str,
+    other: str,
+) -> None:
+    before = baselines[sample]
+    recipe = _finding(before, rule)["evidence"]["apply"]
+    assert _finding(before, other)["evidence"]["apply"] == recipe
+    (group,) = [g for g in before["headline"]["joint_gain_by_recipe"] if g["apply"] == recipe]
+    assert {rule, other} <= set(group["rules"])
+    after = applied[sample, rule]
+    measured = before["headline"]["mean_step_us"] - after["headline"]["mean_step_us"]
+    estimated = group["gain_us"]
+    rules = " + ".join(group["rules"])
+    ratio = measured / estimated
+    print(f"\n{sample} {rules}: joint {estimated:.1f} us, measured {measured:.1f}, {ratio:.2f}")
+    assert 1 - TOLERANCE <= measured / estimated <= 1 + TOLERANCE, (measured, estimated)
+    assert _finding(after, other)["status"] == "ok"  # compiled, the chains are fused

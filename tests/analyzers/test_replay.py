@@ -367,6 +367,18 @@ def test_the_joint_estimate_replays_the_fired_findings_changes_together() -> Non
     assert joint["sum_us"] == pytest.approx(16.0)
     assert joint["not_included"] == ["sync_in_loop"]
     assert gains.joint(d, [unreplayable])["gain_us"] is None
+    # by recipe: two findings naming one change are re-costed together, a third apart
+    same = {"apply": {"compile": "npu"}}
+    shared = [dataclasses.replace(f, evidence=f.evidence | same) for f in (td, other)]
+    alone = dataclasses.replace(td, rule="aicpu_fallback", evidence={"apply": {"x": 1}})
+    assert gains.joint(d, shared)["by_recipe"] == [
+        {"apply": {"compile": "npu"}, "rules": ["transdata_heavy", "aicpu_fallback"],
+         "gain_us": pytest.approx(14.0)}
+    ]  # fmt: skip
+    assert [g["gain_us"] for g in gains.joint(d, [shared[0], alone])["by_recipe"]] == [
+        pytest.approx(12.0),
+        pytest.approx(4.0),
+    ]
 
 
 def test_the_joint_gain_is_shown_beside_the_bound_with_what_it_includes() -> None:
