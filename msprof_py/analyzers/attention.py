@@ -334,15 +334,13 @@ def _unrecorded_nodes(ops: pd.DataFrame, seq: pd.DataFrame, end: pd.Series) -> p
     recorded op in that range that is not a member (a learned bias added to the scores) keeps
     its backward."""
     rows = []
-    fwd_ops = ops.loc[ops["sequence"] >= 0, ["sequence", "step", "start_ns"]]
+    numbered = ops.loc[ops["sequence"] >= 0, ["sequence", "step", "start_ns"]]
+    by_step = dict(tuple(numbered.groupby("step")))
     for (match, step), group in seq.groupby(["match", "step"]):
         lo, hi = int(group["sequence"].min()), int(group["sequence"].max())
         taken = set(group["sequence"].astype(int))
-        near = fwd_ops[
-            (fwd_ops["step"] == step)
-            & fwd_ops["sequence"].between(lo, hi)
-            & (fwd_ops["start_ns"] <= end.at[match])
-        ]
+        fwd_ops = by_step.get(step, numbered.iloc[:0])
+        near = fwd_ops[fwd_ops["sequence"].between(lo, hi) & (fwd_ops["start_ns"] <= end.at[match])]
         recorded = set(near["sequence"].astype(int))
         for number in range(lo, hi + 1):
             if number not in taken and number not in recorded:

@@ -61,7 +61,8 @@ def task_graph(data: RankData) -> np.ndarray:
     return found
 
 
-def _op_graph(data: RankData) -> np.ndarray:
+def op_graph(data: RankData) -> np.ndarray:
+    """The graph of each analysed host op ("" for eager ops), cached."""
     found = data.cache.get("op_graph")
     if found is None:
         found = data.cache["op_graph"] = op_graphs(data.host_ops["name"])
@@ -76,7 +77,7 @@ def split(data: RankData) -> dict[str, Any]:
     dur = data.tasks["duration_ns"].to_numpy(dtype=float)
     kernel = data.kernel_mask
     ops = data.host_ops
-    op_in = _op_graph(data) != ""
+    op_in = op_graph(data) != ""
     host_ns = op_self_ns(ops).astype(float)  # nested ops (imported traces) counted once
     device_in, device_out = float(dur[inside].sum()), float(dur[~inside].sum())
     host_in, host_out = float(host_ns[op_in].sum()), float(host_ns[~op_in].sum())
@@ -124,7 +125,7 @@ def per_graph(data: RankData) -> pd.DataFrame:
     names = task_graph(data)
     dur = pd.Series(data.tasks["duration_ns"].to_numpy(dtype=float)).groupby(names).sum()
     ops = data.host_ops
-    op_names = _op_graph(data)
+    op_names = op_graph(data)
     host = pd.Series((ops["end_ns"] - ops["start_ns"]).to_numpy(dtype=float))
     host_by = host.groupby(op_names).sum()
     calls = pd.Series(op_names).value_counts()

@@ -88,7 +88,8 @@ def record(
     """Keep ``rule``'s change for :func:`joint_gain_ns` and return its replayed gain (ns per
     step, as :func:`gain_ns`)."""
     data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations, sunk)
-    return gain_ns(data, drop, durations, sunk)
+    gain = data.cache.setdefault("replay_gains", {})[rule] = gain_ns(data, drop, durations, sunk)
+    return gain
 
 
 def recorded(data: RankData) -> dict[str, Change]:
@@ -103,6 +104,9 @@ def joint_gain_ns(data: RankData, rules: list[str]) -> float:
     changes = [kept[r] for r in rules if r in kept]
     if not changes:
         return 0.0
+    if len(changes) == 1:  # one change: the gain record() replayed for it
+        (rule,) = [r for r in rules if r in kept]
+        return data.cache["replay_gains"][rule]
     both = combine(changes)
     return gain_ns(data, sorted(both.drop), both.durations, sorted(both.sunk))
 
@@ -265,16 +269,15 @@ class _Timeline:
             gap = float(self.h_start[k]) - prev_end_rec
             own = float(self.h_end[k] - self.h_start[k])
             prev_end_rec = float(self.h_end[k])
-            host += max(0.0, gap)
             i = int(self.h_task[k])
             kind = self.kind[k]
-            if kind == "launch" and i >= 0 and sunk[i] and not dropped[i]:
-                host -= max(0.0, gap)  # the op's dispatch runs in the graph, not here
-                arrival[i] = host
-                place(i)
-                last_launched = i
-            elif kind == "launch" and i >= 0:
-                if not dropped[i]:
+            in_graph = kind == "launch" and i >= 0 and sunk[i] and not dropped[i]
+            if not in_graph:  # a sunk launch's dispatch runs in the graph, not on the host
+                host += max(0.0, gap)
+            if kind == "launch" and i >= 0:
+                if in_graph:
+                    arrival[i] = host
+                elif not dropped[i]:
                     host += own
                     arrival[i] = stage2_free = max(host, stage2_free) + float(self.stage2[k])
                 # the launch's graph tasks (no record of their own) follow it

@@ -129,7 +129,7 @@ def compiled_model_tasks(data: RankData) -> np.ndarray | None:
     if not (data.all_host["kind"] == "launch").any():
         return None
     ops = data.host_ops
-    eager = graphs._op_graph(data) == ""
+    eager = graphs.op_graph(data) == ""
     optimizer_ops = ampplan.in_optimizer(data, ops)
     in_module = ops["module"].astype(str).to_numpy() != ""
     threads = ops.loc[in_module, "thread"]
