@@ -130,11 +130,11 @@ class RawWriter:
             f"{written:,} rows written so far stay a loadable (partial) profile",
             file=sys.stderr,
         )
-        try:  # say so in meta.json, if there is room for it
-            self.meta["recording_error"] = reason
+        # say so in meta.json, now if there is room for it, else in the final write at exit
+        # (a meta.json written later without it would claim a complete profile)
+        self.meta["recording_error"] = reason
+        with contextlib.suppress(Exception):
             self.write_meta()
-        except Exception:
-            self.meta.pop("recording_error", None)
 
     def _flush_table(self, name: str) -> None:
         # other threads (autograd's, a DataLoader's, the SIGTERM watchdog) append and flush
@@ -157,6 +157,7 @@ class RawWriter:
             self.meta["parts"][name].append(listed)
             self._parts[name] += 1
             self.rows_written[name] += count
+            self.meta["rows"] = dict(self.rows_written)  # counts always match the listed parts
             del rows[:count]
             self.write_meta()  # list the part: a crash from now on keeps it
 
