@@ -23,6 +23,7 @@ import argparse
 import gc
 import importlib
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -89,6 +90,39 @@ def per_call_us(op: Callable[[], object], calls: int, repeats: int) -> float:
 
     loop()  # warm-up: kernel caches, allocator pools
     return best_of(loop, repeats) / calls * 1e6
+
+
+#: a fresh process with the npu device registered and a boxed Python fallback that only
+#: returns a ready tensor: what torch's Python fallback costs before any adapter work
+FLOOR = """
+import sys, time, torch
+from msprof_py.adapter.registration import register_device
+register_device()
+made = torch._C._acc.create_empty_tensor((16,), torch.float32)
+library = torch.library.Library("_", "IMPL")
+library.fallback(lambda op, *args, **kwargs: made, "PrivateUse1")
+a, b = (torch._C._acc.create_empty_tensor((16,), torch.float32) for _ in range(2))
+calls, repeats = int(sys.argv[1]), int(sys.argv[2])
+best = float("inf")
+for _ in range(repeats + 1):
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        a + b
+    best = min(best, time.perf_counter() - t0)
+print(best / calls * 1e6)
+"""
+
+
+def python_fallback_floor_us(calls: int, repeats: int) -> float:
+    """µs per ``a + b`` on npu tensors whose fallback does nothing (measured in a child)."""
+    out = subprocess.run(
+        [sys.executable, "-c", FLOOR, str(calls), str(repeats)],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 # ---- 2. whole training steps ---------------------------------------------------------------
@@ -310,14 +344,21 @@ def main(argv: list[str] | None = None) -> int:
         "\n|---|---:|---:|---:|---:|"
     )
     cpu_ops, npu_ops = micro_ops("cpu"), micro_ops("npu")
+    cpu_ops_add_us = float("nan")
     for name in cpu_ops:
         cpu_us = per_call_us(cpu_ops[name], args.calls, args.repeats)
+        cpu_ops_add_us = cpu_us if name.startswith("add (") else cpu_ops_add_us
         npu_us = per_call_us(npu_ops[name], args.calls, args.repeats)
         print(
             f"| {name} | {cpu_us:.2f} | {npu_us:.2f} | {npu_us / cpu_us:.1f} "
             f"| {npu_us - cpu_us:.2f} |"
         )
     torch.npu.synchronize()
+    floor = python_fallback_floor_us(args.calls * 5, args.repeats)
+    print(
+        f"| add through a Python fallback that does nothing | {cpu_ops_add_us:.2f} "
+        f"| {floor:.2f} | {floor / cpu_ops_add_us:.1f} | {floor - cpu_ops_add_us:.2f} |"
+    )
 
     print(
         "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "

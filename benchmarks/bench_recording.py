@@ -28,26 +28,34 @@ from peak import PEAK_MIB  # noqa: E402
 LONG_RUN = (
     PEAK_MIB
     + """
-import json, resource, sys, tempfile, time
+import contextlib, json, resource, sys, tempfile, time
 from pathlib import Path
 import torch
-record = sys.argv[1] == "record"
+mode = sys.argv[1]
+record = mode == "record"
 ops = int(sys.argv[2])
 out = tempfile.mkdtemp()
+device = "cpu" if mode in ("cpu", "profiler") else "npu"
+profiler = contextlib.nullcontext()
 if record:
     from msprof_py.collectors.session import SessionConfig, start_session
     session = start_session(SessionConfig(output=out, export=False))
-else:
+elif mode == "plain":
     import msprof_py.adapter
     msprof_py.adapter.install()
-x = torch.randn(64, device="npu")
-t0 = time.perf_counter()
-for i in range(ops // 2):
-    x = (x * 0.5).add_(1.0)
-    if i % 1000 == 999:
-        import msprof_py
-        msprof_py.step()
-elapsed = time.perf_counter() - t0
+elif mode == "profiler":
+    from torch.profiler import ProfilerActivity, profile
+    profiler = profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True)
+torch.set_num_threads(1)
+x = torch.randn(64, device=device)
+with profiler:
+    t0 = time.perf_counter()
+    for i in range(ops // 2):
+        x = (x * 0.5).add_(1.0)
+        if i % 1000 == 999 and device == "npu":
+            import msprof_py
+            msprof_py.step()
+    elapsed = time.perf_counter() - t0
 raw_bytes = 0
 if record:
     run = session.stop()
@@ -103,12 +111,28 @@ def main() -> None:
     print("| run | wall time (s) | ratio |\n|---|---:|---:|")
     print(f"| train_resnet.py --steps {args.steps}, adapter only | {direct:.2f} | 1.00 |")
     print(f"| same under msprof (record + export) | {msprof:.2f} | {msprof / direct:.2f} |")
-    plain, recorded = long_run("plain", args.ops), long_run("record", args.ops)
+    runs = {mode: long_run(mode, args.ops) for mode in ("cpu", "profiler", "plain", "record")}
+    plain, recorded = runs["plain"], runs["record"]
     per_million = recorded["raw_bytes"] / args.ops * 1e6
-    print(f"\nlong run: {args.ops} device ops in one process")
-    print("| | loop time (s) | peak RSS (MB) |\n|---|---:|---:|")
-    print(f"| adapter only | {plain['elapsed']:.1f} | {plain['rss_mb']:.0f} |")
-    print(f"| recording | {recorded['elapsed']:.1f} | {recorded['rss_mb']:.0f} |")
+    print(f"\nlong run: {args.ops} small ops in one process")
+    print("| | loop time (s) | µs per op | peak RSS (MB) |\n|---|---:|---:|---:|")
+    for mode, label in (
+        ("cpu", "CPU eager"),
+        ("profiler", "CPU + torch.profiler (shapes, flops)"),
+        ("plain", "npu, adapter only"),
+        ("record", "npu, recording"),
+    ):
+        run = runs[mode]
+        print(
+            f"| {label} | {run['elapsed']:.1f} | {run['elapsed'] / args.ops * 1e6:.1f} "
+            f"| {run['rss_mb']:.0f} |"
+        )
+    profiler_us = (runs["profiler"]["elapsed"] - runs["cpu"]["elapsed"]) / args.ops * 1e6
+    recording_us = (recorded["elapsed"] - plain["elapsed"]) / args.ops * 1e6
+    print(
+        f"\nrecording costs {recording_us:.1f} µs per op (goal: 3); torch.profiler costs "
+        f"{profiler_us:.1f} µs per op"
+    )
     print(
         f"\nrecording overhead on the loop: {recorded['elapsed'] / plain['elapsed']:.2f}x; "
         f"recorder memory: {recorded['rss_mb'] - plain['rss_mb']:.0f} MB; raw profile on "
