@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import typing as _typing
 
+from msprof_py.lazy import lazy_getattr as _lazy_getattr
+
 if _typing.TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
@@ -60,16 +62,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    """The public API (:data:`_LAZY`), imported on first use and then kept as an attribute."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'msprof_py' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_getattr(__name__, globals(), _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -17,20 +17,43 @@ import click
 from msprof_py import __version__
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
 from msprof_py.exporters.window import StepWindow
-from msprof_py.profile import ProfileError
-from msprof_py.profile.load import ProfileWarning
+from msprof_py.profile.errors import ProfileError, ProfileWarning
 
 _PYTHON_SHOWWARNING = warnings.showwarning
 _ON_OFF = click.Choice(["on", "off"])
+
+
+#: subcommand -> (module, attribute) of its click command, imported when it is invoked (or
+#: listed by ``--help``): profiling an application loads none of them (nor pandas behind them)
+_SUBCOMMANDS = {
+    "analyze": ("msprof_py.analyzers.command", "analyze"),
+    "tune-batch": ("msprof_py.tune.command", "tune_batch"),
+    "report": ("msprof_py.report.command", "report"),
+    "gate": ("msprof_py.gates.command", "gate"),
+    "diff": ("msprof_py.gates.command", "diff"),
+    "compare": ("msprof_py.compare.command", "compare"),
+    "op": ("msprof_py.kernels.command", "op"),
+}
 
 
 class _MsprofGroup(click.Group):
     """Commands, or an application to profile given after the options (like real msprof)."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[override]
-        if args and args[0] not in self.commands:
+        if args and args[0] not in self.commands and args[0] not in _SUBCOMMANDS:
             return "_run", self.commands["_run"], args
         return super().resolve_command(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *_SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in _SUBCOMMANDS:
+            import importlib
+
+            module, attribute = _SUBCOMMANDS[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> object:
         with warnings.catch_warnings():
@@ -351,23 +374,3 @@ def devices(spec_file: str | None, as_json: bool) -> None:
     for key in figures:
         out.add_row(key, *(cell(entry[key]) for entry in table.values()))
     make_console().print(out)
-
-
-def _register_subcommands() -> None:
-    from msprof_py.analyzers.command import analyze
-    from msprof_py.compare.command import compare
-    from msprof_py.gates.command import diff, gate
-    from msprof_py.kernels.command import op
-    from msprof_py.report.command import report
-    from msprof_py.tune.command import tune_batch
-
-    cli.add_command(analyze)
-    cli.add_command(tune_batch)
-    cli.add_command(report)
-    cli.add_command(gate)
-    cli.add_command(diff)
-    cli.add_command(compare)
-    cli.add_command(op)
-
-
-_register_subcommands()

@@ -8,7 +8,25 @@ for finding in result.fired():        # the rules that fired, in priority order
 result.to_json()                      # the documented --json document (schema.py)
 """
 
-from msprof_py.analyzers.api import Analysis, analyze
-from msprof_py.analyzers.findings import Finding
+from __future__ import annotations
+
+import typing as _typing
+
+from msprof_py.lazy import lazy_getattr
+
+if _typing.TYPE_CHECKING:
+    from msprof_py.analyzers.api import Analysis, analyze
+    from msprof_py.analyzers.findings import Finding
 
 __all__ = ["Analysis", "Finding", "analyze"]
+
+#: imported on first use: the CLI reaches the command modules without pandas
+__getattr__ = lazy_getattr(
+    __name__,
+    globals(),
+    {
+        "Analysis": "msprof_py.analyzers.api",
+        "analyze": "msprof_py.analyzers.api",
+        "Finding": "msprof_py.analyzers.findings",
+    },
+)

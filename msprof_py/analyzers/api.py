@@ -127,7 +127,7 @@ def resolve(path: str | Path, **how: Any) -> Profile:
             f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
         )
         raise ProfileError(f"{path}: {len(found)} profiles below it ({shown}); name one")
-    from msprof_py.profile.load import looked_for
+    from msprof_py.profile.loading import looked_for
 
     raise ProfileError(
         f"{path}: no profile here or in its subfolders up to {SEARCH_DEPTH} levels down "
@@ -139,7 +139,7 @@ def is_profile(folder: Path) -> bool:
     """Whether :func:`msprof_py.load` reads ``folder`` (msprof-py's raw folders, or a format
     an importer detects)."""
     from msprof_py.importers import find
-    from msprof_py.profile.load import raw_folders
+    from msprof_py.profile.loading import raw_folders
 
     return bool(raw_folders(folder)) or find(folder) is not None
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import shlex
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,33 @@ def new_run_folder(output: Path) -> Path:
             raise LaunchError(f"cannot create --output {output}: {why}") from None
 
 
+#: what finishing a run imports (pandas and the writers behind it): loaded while the
+#: application runs, so that its end is not followed by a second of imports
+_AFTER_RUN = (
+    "msprof_py.profile.loading",
+    "msprof_py.exporters.ascend_pt",
+    "msprof_py.exporters.chrome",
+    "msprof_py.analyzers.api",
+    "msprof_py.collectors.summary",
+)
+
+
+def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
+    """Import ``modules`` in a daemon thread (a failure is left for the real import to
+    report)."""
+
+    def load() -> None:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # the import where the module is used says why
+                continue
+
+    thread = threading.Thread(target=load, name="msprof-imports", daemon=True)
+    thread.start()
+    return thread
+
+
 def _ended(exit_code: int) -> str:
     """``the application crashed (signal 11, SIGSEGV)`` / ``... exited with code 3``."""
     if exit_code > 128:
@@ -133,6 +162,8 @@ class ProfileRun:
             command=shlex.join(self.application),
             export=False,
         )
+        report = ("msprof_py.report.build",) if self.options.report else ()
+        _import_in_background(_AFTER_RUN + report)
         try:
             self.exit_code = launch(self.application, config)
         except LaunchError:

@@ -7,16 +7,23 @@ objects, and import no torch.
   ``ASCEND_PROFILER_OUTPUT/``, the CANN ``PROF_*`` folder) into one rank's ``*_ascend_pt``
   folder, for msprof-analyze and MindStudio Insight (:mod:`.ascend_pt`).
 * :func:`write_chrome_trace` writes a Chrome/Perfetto trace of a profile (:mod:`.chrome`).
+
+The writers (and pandas behind them) are imported on first use: ``msprof`` reads its options
+(:class:`StepWindow`) before it runs the application.
 """
 
 from __future__ import annotations
 
+import typing as _typing
 from pathlib import Path
 
-from msprof_py.exporters.ascend_pt import ExportExistsError, export_ascend_pt
-from msprof_py.exporters.chrome import write_chrome_trace
-from msprof_py.exporters.runinfo import ExportError
+from msprof_py.exporters.errors import ExportError
 from msprof_py.exporters.window import StepWindow, select_steps
+from msprof_py.lazy import lazy_getattr
+
+if _typing.TYPE_CHECKING:
+    from msprof_py.exporters.ascend_pt import ExportExistsError
+    from msprof_py.exporters.chrome import write_chrome_trace
 
 __all__ = [
     "ExportError",
@@ -34,7 +41,18 @@ def export_run(run_dir: Path, steps: StepWindow | None = None) -> None:
     :class:`ExportExistsError` (a ``FileExistsError``) when the folder already holds an
     export: exports never overwrite, and nothing is written in that case.
     """
+    from msprof_py.exporters.ascend_pt import export_ascend_pt
     from msprof_py.profile import load
 
     profile = None if steps is None else select_steps(load(Path(run_dir)), steps)
     export_ascend_pt(Path(run_dir), profile)
+
+
+#: names imported on first use, and the module each comes from
+_LAZY = {
+    "ExportExistsError": "msprof_py.exporters.ascend_pt",
+    "write_chrome_trace": "msprof_py.exporters.chrome",
+}
+
+
+__getattr__ = lazy_getattr(__name__, globals(), _LAZY)

@@ -31,10 +31,10 @@ from msprof_py.exporters.communication import (
     write_json,
     write_json_text,
 )
+from msprof_py.exporters.errors import ExportError
 from msprof_py.exporters.frames import ExportData
 from msprof_py.exporters.fusion_result import FILE as FUSION_FILE
 from msprof_py.exporters.fusion_result import write_fusion_result
-from msprof_py.exporters.runinfo import ExportError
 from msprof_py.exporters.trace_view import write_timelines
 from msprof_py.profile import Profile, load
 from msprof_py.profile.atomic import create_atomically

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from msprof_py.exporters.errors import ExportError
 from msprof_py.exporters.trace_events import series, us_text
 from msprof_py.profile import Profile
 
@@ -28,10 +29,6 @@ from msprof_py.profile import Profile
 NO_MODEL_ID = 4294967295
 #: device_id that msprof's pid encoding reserves for host-side processes
 HOST_DEVICE_ID = 31
-
-
-class ExportError(ValueError):
-    """A profile cannot be exported (the message says why)."""
 
 
 def _parse_time(value: Any) -> dt.datetime | None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from msprof_py.exporters.runinfo import ExportError
-from msprof_py.profile import Profile
+from msprof_py.exporters.errors import ExportError
 from msprof_py.profile.schema import GRAPH_TABLES
+
+if TYPE_CHECKING:
+    from msprof_py.profile import Profile
 
 _WINDOW = re.compile(r"^\s*(\d+)\s*(?:(-)\s*(\d*)\s*)?$")
 
@@ -69,4 +72,6 @@ def select_steps(profile: Profile, window: StepWindow | None) -> Profile:
         if window.last is not None:
             keep &= step <= window.last
         tables[name] = df[keep].reset_index(drop=True)
+    from msprof_py.profile import Profile
+
     return Profile(profile.path, profile.meta, tables, list(profile.warnings), profile.partial)

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from msprof_py.profile.load import Profile, empty_table
+from msprof_py.profile.loading import Profile, empty_table
 from msprof_py.profile.schema import TABLES, default_row
 
 #: importer modules of this package, tried in this order

@@ -24,7 +24,7 @@ from msprof_py.importers import Importer, build_profile, register
 from msprof_py.importers.ascend_pt import rank_folders, read_rank
 from msprof_py.importers.prof_dir import prof_folders, read_prof
 from msprof_py.profile import Profile, ProfileError
-from msprof_py.profile.load import ProfileWarning
+from msprof_py.profile.loading import ProfileWarning
 
 NAME = "ascend_pt"
 PROF_NAME = "msprof_prof"

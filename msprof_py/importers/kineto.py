@@ -66,7 +66,7 @@ What becomes what:
   ``record_shapes``, ``trace_file``.
 
 A file that is not JSON, a truncated ``.gz`` or an object without ``traceEvents`` is one
-:class:`~msprof_py.profile.load.ProfileError` naming the file.
+:class:`~msprof_py.profile.loading.ProfileError` naming the file.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ import pandas as pd
 
 from msprof_py.importers import Importer, build_profile, register
 from msprof_py.importers.nesting import enclosing
-from msprof_py.profile.load import Profile, ProfileError
+from msprof_py.profile.loading import Profile, ProfileError
 from msprof_py.profile.schema import NO_ID
 
 NAME = "kineto"

@@ -19,7 +19,7 @@ from msprof_py.exporters import naming
 from msprof_py.exporters.ascend_pt import export_ascend_pt
 from msprof_py.importers import find
 from msprof_py.profile import ProfileError
-from msprof_py.profile.load import ProfileWarning
+from msprof_py.profile.loading import ProfileWarning
 
 OUT = "ASCEND_PROFILER_OUTPUT"
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from msprof_py.profile.errors import ProfileError, ProfileWarning
 from msprof_py.profile.meta import (
     META_LIMIT_BYTES,
     UNFINISHED,
@@ -40,16 +41,6 @@ from msprof_py.profile.parts import (
     unfinished_files,
 )
 from msprof_py.profile.schema import META_FILE, RAW_DIR, TABLES, default_row
-
-
-class ProfileError(ValueError):
-    """A path holds no loadable profile, or a damaged one (the message names the file and says
-    what is wrong)."""
-
-
-class ProfileWarning(UserWarning):
-    """Something about a profile that loaded anyway (parts dropped from a partial profile, a
-    ``meta.json`` edited after recording)."""
 
 
 @dataclass
