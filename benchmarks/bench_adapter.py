@@ -25,6 +25,7 @@ import importlib
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,15 +93,14 @@ def per_call_us(op: Callable[[], object], calls: int, repeats: int) -> float:
     return best_of(loop, repeats) / calls * 1e6
 
 
-#: a fresh process with the npu device registered and a boxed Python fallback that only
-#: returns a ready tensor: what torch's Python fallback costs before any adapter work
-FLOOR = """
+#: a fresh process with the npu device registered and a PrivateUse1 kernel that only returns a
+#: ready tensor (for ``add.Tensor``, as the adapter registers it, and as the fallback): what
+#: torch's dispatch into the kernel costs before any adapter work; ``REGISTER`` installs it
+FLOOR_TEMPLATE = """
 import sys, time, torch
 from msprof_py.adapter.registration import register_device
 register_device()
-made = torch._C._acc.create_empty_tensor((16,), torch.float32)
-library = torch.library.Library("_", "IMPL")
-library.fallback(lambda op, *args, **kwargs: made, "PrivateUse1")
+REGISTER
 a, b = (torch._C._acc.create_empty_tensor((16,), torch.float32) for _ in range(2))
 calls, repeats = int(sys.argv[1]), int(sys.argv[2])
 best = float("inf")
@@ -111,17 +111,37 @@ for _ in range(repeats + 1):
     best = min(best, time.perf_counter() - t0)
 print(best / calls * 1e6)
 """
+#: the kernel in Python
+PYTHON_KERNEL = """
+made = torch._C._acc.create_empty_tensor((16,), torch.float32)
+library = torch.library.Library("_", "IMPL")
+library.fallback(lambda op, *args, **kwargs: made, "PrivateUse1")
+aten = torch.library.Library("aten", "IMPL")
+aten.impl("add.Tensor", lambda *args, **kwargs: made, "PrivateUse1")
+"""
+#: the kernel in C++: ``native_floor.cpp`` (``argv[4]``), built in folder ``argv[3]``
+NATIVE_KERNEL = """
+from torch.utils.cpp_extension import load
+load("native_floor", [sys.argv[4]], build_directory=sys.argv[3]).install_floor()
+"""
 
 
-def python_fallback_floor_us(calls: int, repeats: int) -> float:
-    """µs per ``a + b`` on npu tensors whose fallback does nothing (measured in a child)."""
+def fallback_floor_us(calls: int, repeats: int, native_build: Path | None = None) -> float:
+    """µs per ``a + b`` on npu tensors whose kernel does nothing (measured in a child): the
+    Python kernel, or with ``native_build`` (a folder) the C++ one built there."""
+    kernel, extra = PYTHON_KERNEL, []
+    if native_build is not None:
+        kernel = NATIVE_KERNEL
+        extra = [str(native_build), str(ROOT / "benchmarks" / "native_floor.cpp")]
+    code = FLOOR_TEMPLATE.replace("REGISTER", kernel)
     out = subprocess.run(
-        [sys.executable, "-c", FLOOR, str(calls), str(repeats)],
-        check=True,
+        [sys.executable, "-c", code, str(calls), str(repeats), *extra],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
+    if out.returncode:
+        sys.exit(f"the fallback floor's child failed:\n{out.stderr[-2000:]}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -330,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="the npu's numerics (fast: low-precision matmuls and convolutions in float32)",
     )
+    parser.add_argument(
+        "--native-floor",
+        action="store_true",
+        help="also build benchmarks/native_floor.cpp (a C++ fallback doing nothing) and time it",
+    )
     args = parser.parse_args(argv)
     npu = msprof_py.adapter.install(numerics=args.numerics)
     torch.set_num_threads(1)
@@ -354,11 +379,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {npu_us - cpu_us:.2f} |"
         )
     torch.npu.synchronize()
-    floor = python_fallback_floor_us(args.calls * 5, args.repeats)
-    print(
-        f"| add through a Python fallback that does nothing | {cpu_ops_add_us:.2f} "
-        f"| {floor:.2f} | {floor / cpu_ops_add_us:.1f} | {floor - cpu_ops_add_us:.2f} |"
-    )
+    floors = {"Python": fallback_floor_us(args.calls * 5, args.repeats)}
+    if args.native_floor:
+        with tempfile.TemporaryDirectory() as build:  # about a minute of g++ on 2 cores
+            floors["C++"] = fallback_floor_us(args.calls * 5, args.repeats, Path(build))
+    for kind, floor in floors.items():
+        print(
+            f"| add through a {kind} kernel that does nothing | {cpu_ops_add_us:.2f} "
+            f"| {floor:.2f} | {floor / cpu_ops_add_us:.1f} | {floor - cpu_ops_add_us:.2f} |"
+        )
 
     print(
         "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
