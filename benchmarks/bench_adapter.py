@@ -68,6 +68,10 @@ def best_of(fn: Callable[[], None], repeats: int) -> float:
 # ---- 1. per-op dispatch overhead -----------------------------------------------------------
 
 
+#: the micro-op the kernel floor is measured with
+ADD = "add (16 elements)"
+
+
 def micro_ops(device: str) -> dict[str, Callable[[], object]]:
     """The micro-ops, each a closure over tensors on ``device``."""
     a = torch.randn(16).to(device)
@@ -75,7 +79,7 @@ def micro_ops(device: str) -> dict[str, Callable[[], object]]:
     x = torch.randn(16, 16).to(device)
     y = torch.randn(16, 16).to(device)
     return {
-        "add (16 elements)": lambda: a + b,
+        ADD: lambda: a + b,
         "add_ in place (16 elements)": lambda: a.add_(b),
         "view (16 -> 4x4)": lambda: a.view(4, 4),
         "mm (16x16 @ 16x16)": lambda: x @ y,
@@ -126,7 +130,7 @@ load("native_floor", [sys.argv[4]], build_directory=sys.argv[3]).install_floor()
 """
 
 
-def fallback_floor_us(calls: int, repeats: int, native_build: Path | None = None) -> float:
+def kernel_floor_us(calls: int, repeats: int, native_build: Path | None = None) -> float:
     """µs per ``a + b`` on npu tensors whose kernel does nothing (measured in a child): the
     Python kernel, or with ``native_build`` (a folder) the C++ one built there."""
     kernel, extra = PYTHON_KERNEL, []
@@ -369,24 +373,24 @@ def main(argv: list[str] | None = None) -> int:
         "\n|---|---:|---:|---:|---:|"
     )
     cpu_ops, npu_ops = micro_ops("cpu"), micro_ops("npu")
-    cpu_ops_add_us = float("nan")
+    cpu_times: dict[str, float] = {}
     for name in cpu_ops:
-        cpu_us = per_call_us(cpu_ops[name], args.calls, args.repeats)
-        cpu_ops_add_us = cpu_us if name.startswith("add (") else cpu_ops_add_us
+        cpu_us = cpu_times[name] = per_call_us(cpu_ops[name], args.calls, args.repeats)
         npu_us = per_call_us(npu_ops[name], args.calls, args.repeats)
         print(
             f"| {name} | {cpu_us:.2f} | {npu_us:.2f} | {npu_us / cpu_us:.1f} "
             f"| {npu_us - cpu_us:.2f} |"
         )
     torch.npu.synchronize()
-    floors = {"Python": fallback_floor_us(args.calls * 5, args.repeats)}
+    floors = {"Python": kernel_floor_us(args.calls * 5, args.repeats)}
     if args.native_floor:
         with tempfile.TemporaryDirectory() as build:  # about a minute of g++ on 2 cores
-            floors["C++"] = fallback_floor_us(args.calls * 5, args.repeats, Path(build))
+            floors["C++"] = kernel_floor_us(args.calls * 5, args.repeats, Path(build))
+    cpu_add = cpu_times[ADD]  # the floor times the same add
     for kind, floor in floors.items():
         print(
-            f"| add through a {kind} kernel that does nothing | {cpu_ops_add_us:.2f} "
-            f"| {floor:.2f} | {floor / cpu_ops_add_us:.1f} | {floor - cpu_ops_add_us:.2f} |"
+            f"| add through a {kind} kernel that does nothing | {cpu_add:.2f} "
+            f"| {floor:.2f} | {floor / cpu_add:.1f} | {floor - cpu_add:.2f} |"
         )
 
     print(

@@ -84,7 +84,7 @@ _AFTER_RUN = (
 )
 
 
-def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
+def _import_in_background(modules: tuple[str, ...]) -> None:
     """Import ``modules`` in a daemon thread (a failure is left for the real import to
     report)."""
 
@@ -95,9 +95,7 @@ def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
             except Exception:  # the import where the module is used says why
                 continue
 
-    thread = threading.Thread(target=load, name="msprof-imports", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=load, name="msprof-imports", daemon=True).start()
 
 
 def _ended(exit_code: int) -> str:

@@ -54,6 +54,8 @@ def select_steps(profile: Profile, window: StepWindow | None) -> Profile:
     """``profile`` with only the rows of the steps in ``window`` (all of it for None).
 
     Raises :class:`ExportError` when the window holds none of the profile's steps."""
+    from msprof_py.profile import Profile  # not at module level: the CLI imports no pandas
+
     if window is None:
         return profile
     steps = profile.steps["step"]
@@ -72,6 +74,4 @@ def select_steps(profile: Profile, window: StepWindow | None) -> Profile:
         if window.last is not None:
             keep &= step <= window.last
         tables[name] = df[keep].reset_index(drop=True)
-    from msprof_py.profile import Profile
-
     return Profile(profile.path, profile.meta, tables, list(profile.warnings), profile.partial)
