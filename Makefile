@@ -15,7 +15,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
-demo: $(STAMP)  ## the main job: profile the ResNet sample on the simulated NPU
+#: the compiled per-op path of the adapter (msprof_py/adapter/native): built once per
+#: environment and again when its source changes; where it cannot build, the Python path runs
+NATIVE := $(VENV)/.native
+
+$(NATIVE): $(STAMP) msprof_py/adapter/native/hot_path.cpp
+	$(BIN)/python -m msprof_py.adapter.native build
+	@touch $(NATIVE)
+
+demo: $(NATIVE)  ## the main job: profile the ResNet sample on the simulated NPU
 	$(BIN)/msprof --output=profile_data python sample_runs/train_resnet.py --steps 5
 
 #: the suite starts a few hundred Python processes (msprof runs, fresh interpreters): compile
@@ -23,12 +31,12 @@ demo: $(STAMP)  ## the main job: profile the ResNet sample on the simulated NPU
 #: machine sets PYTHONDONTWRITEBYTECODE (each process would compile every module again)
 PYTEST := $(BIN)/python -m compileall -q msprof_py && PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
-test: $(STAMP)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
+test: $(NATIVE)  ## lint, then the test suite (slow tests excluded: make test PYTEST_ARGS="-m slow")
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-test-all: $(STAMP)  ## everything, slow tests included (the whole OpInfo database ...)
+test-all: $(NATIVE)  ## everything, slow tests included (the whole OpInfo database ...)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "slow or not slow" $(PYTEST_ARGS)
@@ -36,7 +44,7 @@ test-all: $(STAMP)  ## everything, slow tests included (the whole OpInfo databas
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-bench: $(STAMP)  ## performance measurements, written to benchmarks/RESULTS.md by hand
+bench: $(NATIVE)  ## performance measurements, written to benchmarks/RESULTS.md by hand
 	$(BIN)/python benchmarks/bench_engine.py
 
 clean:

@@ -12,7 +12,9 @@ several repeats:
 The npu runs compute every value on the CPU (numerics "cpu") and model the device timeline on
 top, so npu / CPU eager is the adapter's overhead. Ratios are the numbers to compare between
 machines; the absolute times depend on the CPU. The npu rows also give the simulated step
-time the device model predicts (not comparable to the real times).
+time the device model predicts (not comparable to the real times). Where the compiled per-op
+path (``msprof_py.adapter.native``) is built, every npu figure is also measured with it turned
+off (the "Python path" columns: what runs where it cannot build).
 
     python benchmarks/bench_adapter.py [--repeats 5] [--steps 5] [--calls 2000]
 """
@@ -20,6 +22,7 @@ time the device model predicts (not comparable to the real times).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import platform
@@ -27,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +41,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import msprof_py.adapter
+from msprof_py.adapter import native
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "sample_runs"))
@@ -307,6 +311,8 @@ class StepTimes:
     profiled_ms: float
     npu_ms: float
     simulated_ms: float
+    #: the npu with every op on the pure-Python path (the compiled one turned off)
+    python_path_ms: float
 
 
 def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[], None]:
@@ -335,12 +341,27 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
     npu_step()
     torch.npu.synchronize()
     npu_ms = best_of(_steps(npu_step, steps, True), repeats) / steps * 1e3
+    with python_path():
+        python_path_ms = best_of(_steps(npu_step, steps, True), repeats) / steps * 1e3
     start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
     start.record()
     npu_step()
     end.record()
     end.synchronize()
-    return StepTimes(cpu_ms, profiled_ms, npu_ms, start.elapsed_time(end))
+    return StepTimes(cpu_ms, profiled_ms, npu_ms, start.elapsed_time(end), python_path_ms)
+
+
+@contextlib.contextmanager
+def python_path() -> Iterator[None]:
+    """Every op on the pure-Python path meanwhile (what runs where the compiled one is not
+    built); the same timeline, so only the real time differs."""
+    state = msprof_py.adapter.runtime.STATE
+    assert state is not None
+    saved, state.native = state.native, False
+    try:
+        yield
+    finally:
+        state.native = saved
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,18 +389,22 @@ def main(argv: list[str] | None = None) -> int:
         f"npu: {npu.spec.name}, numerics {args.numerics}, host time modeled"
     )
 
+    print(f"per-op path: {native.status()}")
     print(
-        "\n| micro-op | CPU (µs/call) | npu (µs/call) | npu / CPU | overhead (µs/call) |"
-        "\n|---|---:|---:|---:|---:|"
+        "\n| micro-op | CPU (µs/call) | npu (µs/call) | npu / CPU | overhead (µs/call) "
+        "| npu, Python path (µs/call) | overhead, Python path |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
     )
     cpu_ops, npu_ops = micro_ops("cpu"), micro_ops("npu")
     cpu_times: dict[str, float] = {}
     for name in cpu_ops:
         cpu_us = cpu_times[name] = per_call_us(cpu_ops[name], args.calls, args.repeats)
         npu_us = per_call_us(npu_ops[name], args.calls, args.repeats)
+        with python_path():
+            python_us = per_call_us(npu_ops[name], args.calls, args.repeats)
         print(
             f"| {name} | {cpu_us:.2f} | {npu_us:.2f} | {npu_us / cpu_us:.1f} "
-            f"| {npu_us - cpu_us:.2f} |"
+            f"| {npu_us - cpu_us:.2f} | {python_us:.2f} | {python_us - cpu_us:.2f} |"
         )
     torch.npu.synchronize()
     floors = {"Python": kernel_floor_us(args.calls * 5, args.repeats)}
@@ -390,13 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     for kind, floor in floors.items():
         print(
             f"| add through a {kind} kernel that does nothing | {cpu_add:.2f} "
-            f"| {floor:.2f} | {floor / cpu_add:.1f} | {floor - cpu_add:.2f} |"
+            f"| {floor:.2f} | {floor / cpu_add:.1f} | {floor - cpu_add:.2f} | - | - |"
         )
 
     print(
         "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
-        "| profiler / eager | npu / eager | goal | npu simulated step (ms) |"
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "| profiler / eager | npu / eager | goal | npu, Python path / eager "
+        "| npu simulated step (ms) |"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     for workload in WORKLOADS:
         t = measure(workload, args.steps, args.repeats)
@@ -404,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {workload.name} | {t.cpu_ms:.2f} | {t.profiled_ms:.2f} | {t.npu_ms:.2f} "
             f"| {t.profiled_ms / t.cpu_ms:.2f} | {t.npu_ms / t.cpu_ms:.2f} "
             f"| {'-' if workload.goal is None else f'<= {workload.goal}'} "
-            f"| {t.simulated_ms:.3f} |"
+            f"| {t.python_path_ms / t.cpu_ms:.2f} | {t.simulated_ms:.3f} |"
         )
     return 0
 

@@ -64,7 +64,9 @@ def install(
     from msprof_py.adapter.registration import register_device
 
     register_device()
-    from msprof_py.adapter import amp, compat, kernels, npu_amp, npu_module
+    from msprof_py.adapter import amp, backend, compat, kernels, npu_amp, npu_module
+
+    backend.check_native()
 
     runtime.STATE = AdapterState(settings, SimulatedNpu(DeviceSpec.load(device)))
     torch._register_device_module("npu", npu_module)

@@ -22,6 +22,7 @@ from msprof_py.adapter import (
     formats,
     host_fallback,
     l2_reuse,
+    native,
     runtime,
     shapes_only,
 )
@@ -31,6 +32,7 @@ from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_t
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import (
     adopt,
+    attach_memory,
     hold_device_bytes,
     host_view,
     is_npu_device,
@@ -50,6 +52,8 @@ _HOST_DEVICE = {False: torch.device("cpu"), True: torch.device("meta")}
 _CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_"})
 #: ops whose cost depends on their ``groups`` argument (index 8)
 _GROUPED = frozenset({"convolution_overrideable", "convolution_backward_overrideable"})
+#: the compiled per-op path, or None where only the Python path runs
+NATIVE = native.load()
 MISMATCH = (
     "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
 )
@@ -94,6 +98,9 @@ class OpPlan:
     #: positions of arguments that may be compile-cache attributes
     #: (:func:`compile_cache.attribute_slots`)
     attr_slots: tuple[int, ...] = ()
+    #: the op's id in the compiled per-op path (:mod:`msprof_py.adapter.native`), -1 when it
+    #: always takes the Python path
+    native: int = -1
 
 
 _PLANS: dict[torch._ops.OpOverload, OpPlan] = {}
@@ -139,7 +146,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         if isinstance(a.type, torch.TensorType) and not wraps_numbers
     )
     host_only = host_fallback.is_host_only(schema.name)
-    return OpPlan(
+    plan = OpPlan(
         op,
         base,
         schema.name if host_only else f"aten::{base}",
@@ -158,6 +165,41 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         widened=fast_numerics.upcasts(base, bool(writes)),
         attr_slots=attribute_slots(schema),
     )
+    if NATIVE is not None and _plain(plan):
+        plan.native = NATIVE.register_op(
+            schema.name,
+            schema.overload_name,
+            wraps_numbers,
+            [i for i, _ in writes],
+            [-1 if alias is None else writes[alias][0] for alias in aliases],
+        )
+    return plan
+
+
+def check_native() -> None:
+    """Self-test the compiled per-op path once the npu device is registered; on a mismatch
+    every op takes the Python path (``msprof_py.adapter.native.status()`` says why)."""
+    global NATIVE
+    if NATIVE is not None:
+        problem = native.self_test(NATIVE)
+        if problem is not None:
+            native.disable(f"self-test failed: {problem}")
+            NATIVE = None
+
+
+def _plain(plan: OpPlan) -> bool:
+    """The op may take the compiled path: it computes fresh tensors, or writes its in-place or
+    out= arguments, on the host from plain-layout inputs, with nothing the Python path adds
+    (formats, host-only runs, values synced back, replaced host calls)."""
+    return not (
+        plan.view
+        or plan.returns_value
+        or plan.host_only
+        or plan.host_call is not None
+        or plan.meta_call is not None
+        or plan.conv_inputs
+        or plan.conv_outputs
+    )
 
 
 # ---- the fallback ------------------------------------------------------------------------
@@ -174,9 +216,31 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
             return op.redispatch(_META_KEYS, *args, **kwargs)
         if plan.host_only:
             return host_fallback.run(state, op, plan.name, args, kwargs)
+        if plan.native >= 0 and state.native and not (state.fast and plan.widened):
+            found = NATIVE.run(plan.native, args, kwargs)  # type: ignore[union-attr]
+            if found is not None:
+                return _finish_native(state, plan, found, args)
         return execute(state, plan, args, kwargs)
     finally:
         state.leave()
+
+
+def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple) -> Any:
+    """What the Python path does after the compiled one ran the op on the host: inputs in
+    private formats converted, written tensors the kernel resized following their host views,
+    new outputs with device memory (and the format they are made in), then the launch."""
+    result, inputs, outputs, fresh, stale, formatted = found
+    # a private format changes no host value: converting the inputs now (the Python path does
+    # it before the host call) launches the same TransData tasks before the op's own
+    ref_format = _prepare_formats(state, plan, args, inputs) if formatted else None
+    for target, view in stale:
+        resync(target, view, state, plan.name)
+    for out in fresh:
+        attach_memory(out, state, plan.name)
+    if ref_format is not None:
+        _tag_outputs(state, plan, outputs, ref_format)
+    launch(state, plan, inputs, outputs, args)
+    return result
 
 
 def whole_op_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
@@ -285,7 +349,7 @@ def execute(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any
         raise RuntimeError(MISMATCH)
     if plan.returns_value:
         sync_for_value(state, plan.name)
-    ref_format = _prepare_formats(state, plan, args, unwrap)
+    ref_format = _prepare_formats(state, plan, args, unwrap.npu)
     result = _run_on_host(state, plan, host_args, host_kwargs)
 
     # shapes only: an in-place op on known values updates them on the host (None: unknown now)
@@ -389,7 +453,7 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
 
 
 def _prepare_formats(
-    state: AdapterState, plan: OpPlan, args: tuple, unwrap: _Unwrapped
+    state: AdapterState, plan: OpPlan, args: tuple, npu_inputs: list[torch.Tensor]
 ) -> str | None:
     """Convert inputs to the formats the op's kernel needs; return the format it works in."""
     needs = plan.conv_inputs
@@ -405,14 +469,14 @@ def _prepare_formats(
         return None
     if plan.agnostic:
         ref = None
-        for t in unwrap.npu:
+        for t in npu_inputs:
             fmt = storage_format(t)
             if fmt is not None and fmt[1] == tuple(t.shape):
                 ref = fmt[0]
                 break
         if ref is None:
             return None
-        for t in unwrap.npu:
+        for t in npu_inputs:
             fmt = storage_format(t)
             if fmt is None and formats.private_allowed(t) and t.is_contiguous():
                 transdata(state, t, ref)
@@ -420,7 +484,7 @@ def _prepare_formats(
                 transdata(state, t, formats.ND)
         return ref
     nz_ok = plan.nz_ok
-    for t in unwrap.npu:
+    for t in npu_inputs:
         fmt = storage_format(t)
         if fmt is not None and not (nz_ok and fmt[0] == formats.FRACTAL_NZ):
             transdata(state, t, formats.ND, retag=False)

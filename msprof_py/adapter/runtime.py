@@ -43,6 +43,9 @@ class AdapterState:
     #: numerics "fast": low-precision matmuls and convolutions computed widened
     #: (:mod:`msprof_py.adapter.fast_numerics`)
     fast: bool = field(init=False)
+    #: plain ops may take the compiled per-op path (:mod:`msprof_py.adapter.native`), when
+    #: it is built: not on shapes only (meta views)
+    native: bool = field(init=False)
     #: the collectors' host-op observer (None: nothing records host ops)
     observer: OpObserver | None = field(init=False, default=None)
     #: graph capture (:mod:`msprof_py.graph.capture`): while set, kernels the backend would
@@ -68,6 +71,7 @@ class AdapterState:
         self.measured = self.settings.host_time == "measured"
         self.meta = self.settings.numerics == "none"
         self.fast = self.settings.numerics == "fast"
+        self.native = not self.meta
         self._outside_since = time.perf_counter_ns()
 
     def enter(self, name: str = "", args: tuple = ()) -> None:

@@ -170,6 +170,13 @@ def adopt(
     return out
 
 
+def attach_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
+    """Device memory for new npu tensor ``t``, whose storage already holds its backing (made by
+    the compiled per-op path, :mod:`msprof_py.adapter.native`)."""
+    storage = t.untyped_storage()
+    _attach(storage, storage._npu, state, tag)  # type: ignore[attr-defined]
+
+
 def new_tensor(
     size: Sequence[int],
     stride: Sequence[int] | None,

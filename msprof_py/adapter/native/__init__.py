@@ -1,0 +1,176 @@
+"""The compiled per-op path of the npu adapter (``hot_path.cpp``), when it is built.
+
+``make`` builds it once per environment (``python -m msprof_py.adapter.native build``, about a
+minute with g++); the adapter then runs plain ops through it and every other op, or every op
+when it is missing, through the pure-Python path, with identical results and timelines.
+
+Where the build lives: ``$MSPROF_NATIVE_DIR``, else ``<sys.prefix>/msprof-native``. A build is
+used only if it was made from this very source, torch and Python (``build.json`` records their
+digest) and passes a self-test; ``MSPROF_NATIVE=0`` turns it off. :func:`status` says which
+path runs and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).with_name("hot_path.cpp")
+MODULE_NAME = "msprof_hot_path"
+#: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
+ABI_VERSION = 4
+_RECORD = "build.json"
+
+_loaded: ModuleType | None = None
+_reason = "not loaded yet"
+_tried = False
+
+
+def build_dir() -> Path:
+    """The folder holding the build (``$MSPROF_NATIVE_DIR`` or ``<sys.prefix>/msprof-native``)."""
+    configured = os.environ.get("MSPROF_NATIVE_DIR")
+    return Path(configured) if configured else Path(sys.prefix) / "msprof-native"
+
+
+def source_digest() -> str:
+    """What a build must match: the source, torch's version and the Python ABI."""
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(torch.__version__.encode())
+    digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    return digest.hexdigest()
+
+
+def build(folder: Path | None = None, verbose: bool = False) -> Path:
+    """Compile ``hot_path.cpp`` into ``folder`` (default :func:`build_dir`); the module's path.
+
+    Raises whatever the compiler or ``torch.utils.cpp_extension`` raises."""
+    from torch.utils import cpp_extension
+
+    folder = build_dir() if folder is None else folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / _RECORD).unlink(missing_ok=True)
+    cpp_extension.load(
+        MODULE_NAME,
+        [str(SOURCE)],
+        extra_cflags=["-O2"],
+        build_directory=str(folder),
+        verbose=verbose,
+    )
+    module = _module_file(folder)
+    if module is None:
+        raise RuntimeError(f"the build left no {MODULE_NAME} module in {folder}")
+    (folder / _RECORD).write_text(json.dumps({"digest": source_digest()}), encoding="utf-8")
+    return module
+
+
+def _module_file(folder: Path) -> Path | None:
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    for name in (MODULE_NAME + suffix, MODULE_NAME + ".so"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _import(folder: Path) -> tuple[ModuleType | None, str]:
+    if os.environ.get("MSPROF_NATIVE", "1") == "0":
+        return None, "turned off (MSPROF_NATIVE=0)"
+    path = _module_file(folder)
+    if path is None:
+        return None, f"not built (no {MODULE_NAME} in {folder}; run make)"
+    try:
+        recorded = json.loads((folder / _RECORD).read_text(encoding="utf-8"))["digest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"build in {folder} has no valid {_RECORD}"
+    if recorded != source_digest():
+        return None, f"build in {folder} is stale (made from another source or torch)"
+    try:
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken build must never stop the adapter: Python runs
+        return None, f"build in {folder} does not load: {' '.join(str(exc).split())}"
+    if module.abi_version() != ABI_VERSION:
+        return None, f"build in {folder} keeps contract {module.abi_version()}, not {ABI_VERSION}"
+    return module, f"compiled ({path})"
+
+
+def load() -> ModuleType | None:
+    """The compiled module, or None when the Python path runs (:func:`status` says why).
+
+    Looked up once per process."""
+    global _loaded, _reason, _tried
+    if not _tried:
+        _tried = True
+        _loaded, _reason = _import(build_dir())
+    return _loaded
+
+
+def self_test(module: ModuleType) -> str | None:
+    """Set the module up and check that its npu tensors are what torch's Python backend makes
+    (once the npu device is registered); None when they are, else what differs."""
+    theirs = torch._C._acc.create_empty_tensor((2, 3), torch.float32)
+    module.init(theirs)
+    ours = module.empty_npu([2, 3], torch.float32)
+    for what, a, b in (
+        ("dispatch keys", torch._C._dispatch_keys(ours), torch._C._dispatch_keys(theirs)),
+        ("device", ours.device, theirs.device),
+        ("strides", ours.stride(), theirs.stride()),
+        ("storage bytes", ours.untyped_storage().nbytes(), theirs.untyped_storage().nbytes()),
+    ):
+        if a != b:
+            return f"{what} differ ({a} against {b})"
+    if getattr(ours.untyped_storage(), "_npu", None) is None:
+        return "its tensors have no backing storage"
+    return None
+
+
+def disable(reason: str) -> None:
+    """Use the Python path from now on (the self-test failed)."""
+    global _loaded, _reason
+    _loaded, _reason = None, reason
+
+
+def status() -> str:
+    """Which per-op path runs, and why (for ``msprof doctor`` and the benchmarks)."""
+    load()
+    return _reason if _loaded is not None else f"Python ({_reason})"
+
+
+def _why(exc: BaseException) -> str:
+    """The compiler's first error line, else the exception's text (one line, bounded)."""
+    text = str(exc)
+    errors = [line for line in text.splitlines() if " error: " in line or "error:" in line[:8]]
+    return " ".join((errors[0] if errors else text).split())[:300]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m msprof_py.adapter.native build|status``."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["build"]:
+        try:
+            path = build(verbose="-v" in args)
+        except Exception as exc:
+            print(
+                f"msprof: warning: the compiled per-op path did not build ({_why(exc)}); "
+                "the Python path will run",
+                file=sys.stderr,
+            )
+            return 0 if "--check" not in args else 1
+        print(f"msprof: built the compiled per-op path: {path}")
+        return 0
+    if args[:1] == ["status"]:
+        print(status())
+        return 0
+    print(
+        "usage: python -m msprof_py.adapter.native build [--check] [-v] | status", file=sys.stderr
+    )
+    return 2

@@ -1,0 +1,344 @@
+"""The compiled per-op path (``msprof_py.adapter.native``): the same values, errors and device
+timeline as the Python path, and the Python path wherever the build is missing or stale.
+
+Parity is checked by running each op twice in one process, once with ``state.native`` off
+(every op takes the Python path) and once on, from the same device state, and comparing the
+results and the tasks and memory events the device recorded."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+import msprof_py.adapter
+from msprof_py.adapter import backend, native, runtime
+from msprof_py.device import MemoryRecord, TaskRecord
+
+HERE = Path(__file__).parent
+
+msprof_py.adapter.install()
+needs_native = pytest.mark.skipif(backend.NATIVE is None, reason=native.status())
+
+
+class _Counting:
+    """Stands for the compiled module and counts the calls that it ran (not None)."""
+
+    def __init__(self, module: object) -> None:
+        self.module = module
+        self.ran = 0
+
+    def register_op(self, *args: object) -> int:
+        return self.module.register_op(*args)  # type: ignore[attr-defined]
+
+    def run(self, op_id: int, args: tuple, kwargs: dict) -> object:
+        found = self.module.run(op_id, args, kwargs)  # type: ignore[attr-defined]
+        self.ran += found is not None
+        return found
+
+
+def _device_records(fn: Callable[[], object], use_native: bool) -> tuple[object, list, int]:
+    """``fn``'s result (on CPU), the task and memory records it caused, and how many ops the
+    compiled path ran."""
+    state = runtime.STATE
+    assert state is not None
+    records: list = []
+    bus = state.npu.bus
+    counting = _Counting(backend.NATIVE)
+    saved_native, saved_module = state.native, backend.NATIVE
+    state.native, backend.NATIVE = use_native, counting
+    gc.collect()  # an earlier run's garbage (modules hold cycles) freed before, not during
+    bus.subscribe(records.append)
+    try:
+        torch.manual_seed(0)
+        result = fn()
+        torch.npu.synchronize()
+    finally:
+        bus.unsubscribe(records.append)
+        state.native, backend.NATIVE = saved_native, saved_module
+    kept = [_comparable(r) for r in records if isinstance(r, (TaskRecord, MemoryRecord))]
+    return _to_cpu(result), kept, counting.ran
+
+
+def _comparable(record: object) -> tuple:
+    """A record without its ids and absolute times (the two runs follow one another)."""
+    if isinstance(record, TaskRecord):
+        return (
+            "task",
+            record.name,
+            record.op_type,
+            record.task_type,
+            record.end_ns - record.start_ns,
+            record.input_shapes,
+            record.output_shapes,
+            record.input_dtypes,
+            record.output_dtypes,
+            record.input_formats,
+            record.output_formats,
+        )
+    assert isinstance(record, MemoryRecord)
+    return ("memory", record.action, record.size, record.allocated, record.tag)
+
+
+def _to_cpu(value: object) -> object:
+    if isinstance(value, torch.Tensor):  # detached: a graph would keep npu tensors alive
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return [_to_cpu(v) for v in value]
+    return value
+
+
+def _same(a: object, b: object) -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor)
+        assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride())
+        assert torch.equal(a, b) or (a.isnan() == b.isnan()).all()
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same(x, y)
+    else:
+        assert a == b
+
+
+def _npu(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(sum(shape) + 7 + seed)
+    return torch.randn(*shape, generator=gen).to(dtype).to("npu")
+
+
+# made per call, never at import: npu tensors a test module holds stay allocated on the
+# device for every later test file of the same worker process (and its memory figures)
+def _x() -> torch.Tensor:
+    return _npu(4, 6, seed=1)
+
+
+def _y() -> torch.Tensor:
+    return _npu(4, 6, seed=2)
+
+
+def _ints() -> torch.Tensor:
+    return torch.arange(24, dtype=torch.int64).reshape(4, 6).to("npu")
+
+
+#: (name, program, whether the compiled path must run at least one of its ops)
+CASES: list[tuple[str, Callable[[], object], bool]] = [
+    ("add", lambda: _x() + _y(), True),
+    ("a Python float (wrapped number)", lambda: _x() * 0.5, True),
+    ("a Python int on an int tensor", lambda: _ints() % 7 + 3, True),
+    ("a Python bool", lambda: _ints() + True, True),
+    ("the same tensor twice", lambda: (lambda t: torch.add(t, t))(_x()), True),
+    ("a 0-dim CPU tensor beside npu tensors", lambda: _x() * torch.tensor(3.0), True),
+    ("non-contiguous and offset views", lambda: _x().t()[1:, :3] + _y().t()[:5, 1:], True),
+    ("a tensor list (cat, stack)", lambda: torch.cat([_x(), _y(), _x()], dim=1).sum(0), True),
+    ("several outputs (max.dim, sort)", lambda: [*torch.max(_x(), 1), *torch.sort(_y(), 0)], True),
+    ("a list of outputs (foreach)", lambda: torch._foreach_mul([_x(), _y()], 2.0), True),
+    ("a dtype argument", lambda: torch.sum(_ints(), 1, dtype=torch.float16), True),
+    ("a random op (dropout)", lambda: torch.nn.functional.dropout(_x(), 0.5, True), True),
+    (
+        "matmul, softmax, layer norm",
+        lambda: torch.nn.functional.layer_norm(_x() @ _y().t(), (4,)),
+        True,
+    ),
+    ("empty tensors", lambda: _npu(0, 3) * 2, True),
+    ("float16", lambda: _npu(3, 5, dtype=torch.float16) * _npu(3, 5, dtype=torch.float16), True),
+    ("complex", lambda: torch.view_as_complex(_npu(4, 2)) * 2, True),
+    ("in place", lambda: _npu(4, 6).add_(_y(), alpha=2).mul_(_x()).relu_(), True),
+    ("in place on itself", lambda: (lambda t: t.add_(t))(_npu(3)), True),
+    ("in place on a view", lambda: (lambda t: (t[1:].mul_(3), t)[1])(_npu(4, 2)), True),
+    ("out= of the right size", lambda: torch.add(_x(), _y(), out=_npu(4, 6)), True),
+    ("out= resized", lambda: torch.mul(_x(), 2, out=_npu(0)), True),
+    (
+        "out= of several outputs",
+        lambda: torch.max(_x(), 1, out=(_npu(4), _ints()[:, 0].clone())),
+        True,
+    ),
+    (
+        "foreach in place",
+        lambda: (lambda ts: (torch._foreach_add_(ts, [_x(), _y()]), ts)[1])(
+            [_npu(4, 6), _npu(4, 6)]
+        ),
+        True,
+    ),
+    ("random in place", lambda: _npu(5, 5).uniform_().bernoulli_(0.3), True),
+    ("resize_", lambda: _npu(2).resize_(3, 4).fill_(1.5), True),
+]
+
+
+@needs_native
+@pytest.mark.parametrize(("name", "program", "compiled"), CASES, ids=[c[0] for c in CASES])
+def test_same_values_and_device_records_on_both_paths(
+    name: str, program: Callable[[], object], compiled: bool
+) -> None:
+    """Each program gives bitwise the same values and the same tasks (name, type, duration,
+    shapes, dtypes, formats) and memory events on the compiled path as on the Python path
+    (after a first run that brings the caching allocator to the same state for both)."""
+    _device_records(program, use_native=False)
+    python_value, python_records, python_ran = _device_records(program, use_native=False)
+    native_value, native_records, native_ran = _device_records(program, use_native=True)
+    assert python_ran == 0
+    assert native_ran > 0 if compiled else native_ran == 0
+    _same(python_value, native_value)
+    assert native_records == python_records
+    assert any(r[0] == "task" for r in native_records)
+
+
+@needs_native
+def test_backward_and_an_optimizer_step_agree() -> None:
+    """A forward, backward and AdamW step: same gradients, parameters and device records."""
+
+    def train() -> list[torch.Tensor]:
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+        model.to("npu")
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(_x()).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        return [p.detach() for p in model.parameters()]
+
+    python_value, python_records, _ = _device_records(train, use_native=False)
+    native_value, native_records, ran = _device_records(train, use_native=True)
+    assert ran > 20
+    _same(python_value, native_value)
+    assert native_records == python_records
+
+
+def _error(fn: Callable[[], object], use_native: bool) -> str:
+    state = runtime.STATE
+    assert state is not None
+    saved = state.native
+    state.native = use_native
+    try:
+        with pytest.raises(RuntimeError) as caught:
+            fn()
+    finally:
+        state.native = saved
+    return str(caught.value)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda: _x() @ _npu(5, 2),  # the CPU kernel refuses the shapes
+        lambda: _x() + torch.ones(4, 6),  # a CPU tensor with dimensions beside an npu one
+        lambda: _npu(4, 6).add_(_npu(3)),  # an in-place op that cannot broadcast
+        lambda: _npu(4, 6).mul_(torch.ones(4, 6)),  # writes an npu tensor from a CPU one
+    ],
+    ids=["kernel error", "device mismatch", "in-place kernel error", "in-place mismatch"],
+)
+def test_errors_read_the_same_on_both_paths(program: Callable[[], object]) -> None:
+    """An op the CPU kernel refuses, and mixed devices, raise the same error either way."""
+    assert _error(program, True) == _error(program, False)
+
+
+def _formats_program() -> list[torch.Tensor]:
+    """A convolution (its weight converted to FRACTAL_Z, its output made in NC1HWC0), then
+    elementwise ops, a reduction and an in-place op on those tensors."""
+    conv = torch.nn.Conv2d(2, 4, 3).to("npu")
+    out = conv(_npu(1, 2, 5, 5))
+    weight = conv.weight.detach()
+    shifted = out.relu() + 1
+    shifted.mul_(0.5)
+    return [shifted, weight * 2, weight.sum(), out.mean(), (weight * 3).sum(dim=(1, 2, 3))]
+
+
+@needs_native
+def test_private_formats_agree_on_both_paths() -> None:
+    """Tensors held in private formats go through the compiled path too: the same TransData
+    tasks, output formats, device memory and values as on the Python path."""
+    from msprof_py.adapter.tensors import storage_format
+
+    _device_records(_formats_program, use_native=False)
+    python_value, python_records, _ = _device_records(_formats_program, use_native=False)
+    native_value, native_records, ran = _device_records(_formats_program, use_native=True)
+    assert ran >= 6
+    _same(python_value, native_value)
+    assert native_records == python_records
+    assert any(r[0] == "task" and r[2] == "TransData" for r in native_records)
+    assert any(f != "ND" for r in native_records if r[0] == "task" for f in r[-1])
+    assert storage_format(_formats_program()[0]) is not None
+
+
+@needs_native
+def test_views_never_reach_the_compiled_path() -> None:
+    """View ops are redispatched to the Meta kernels before the compiled path is asked."""
+    t = _x()
+    counting = _Counting(backend.NATIVE)
+    saved = backend.NATIVE
+    backend.NATIVE = counting
+    try:
+        t.view(-1), t.t(), t[1:], t.unsqueeze(0)
+        assert counting.ran == 0
+        t * 2
+        assert counting.ran == 1
+    finally:
+        backend.NATIVE = saved
+
+
+def test_plans_decide_which_ops_may_take_the_compiled_path() -> None:
+    """Plain ops (fresh outputs, or written in-place and out= arguments) may; views,
+    value-reading ops and ops with their own host call never do."""
+    aten = torch.ops.aten
+    plain = [aten.add.Tensor, aten.mm.default, aten.cat.default, aten.max.dim, aten.add_.Tensor]
+    plain += [aten.add.out, aten._foreach_add_.List]
+    never = [aten.view.default, aten._local_scalar_dense.default, aten.transpose.int]
+    never += [aten.convolution_overrideable.default]
+    assert all(backend._plain(backend.plan_of(op)) for op in plain)
+    assert not any(backend._plain(backend.plan_of(op)) for op in never)
+    if backend.NATIVE is not None:
+        assert all(backend.plan_of(op).native >= 0 for op in plain)
+    assert all(backend.plan_of(op).native == -1 for op in never)
+
+
+def test_a_missing_stale_or_disabled_build_selects_the_python_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No module, a module built from another source, and MSPROF_NATIVE=0 each leave the
+    Python path, with the reason."""
+    module, reason = native._import(tmp_path)
+    assert module is None and reason.startswith("not built")
+    (tmp_path / (native.MODULE_NAME + ".so")).write_bytes(b"not a module")
+    (tmp_path / "build.json").write_text(json.dumps({"digest": "another source"}))
+    module, reason = native._import(tmp_path)
+    assert module is None and "stale" in reason
+    (tmp_path / "build.json").write_text(json.dumps({"digest": native.source_digest()}))
+    module, reason = native._import(tmp_path)
+    assert module is None and "does not load" in reason
+    monkeypatch.setenv("MSPROF_NATIVE", "0")
+    module, reason = native._import(tmp_path)
+    assert module is None and "MSPROF_NATIVE=0" in reason
+
+
+def _parity_run(out: Path, **env: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "native_parity.py"), str(out)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_recorded_training_program_is_the_same_profile_on_both_paths(tmp_path: Path) -> None:
+    """A CNN and transformer layer trained three steps (AMP from the second, GradScaler,
+    gradient clipping, AdamW) and recorded: the same losses, parameters and profile tables
+    whichever path runs; without a build (an empty build folder) the Python path runs."""
+    python = _parity_run(tmp_path / "python", MSPROF_NATIVE_DIR=str(tmp_path / "no-build"))
+    assert python["path"].startswith("Python (not built")
+    default = _parity_run(tmp_path / "default")
+    if backend.NATIVE is not None:
+        assert default["path"].startswith("compiled")
+    assert default["profile"]["rows"]["tasks"] > 100
+    assert {k: v for k, v in default.items() if k != "path"} == {
+        k: v for k, v in python.items() if k != "path"
+    }
