@@ -189,17 +189,25 @@ def check_native() -> None:
 
 def _plain(plan: OpPlan) -> bool:
     """The op may take the compiled path: it computes fresh tensors, or writes its in-place or
-    out= arguments, on the host from plain-layout inputs, with nothing the Python path adds
-    (formats, host-only runs, values synced back, replaced host calls)."""
+    out= arguments, by its own CPU kernel, with nothing the Python path adds but format
+    conversions (no view, host-only run, value synced back, replaced host call, convolution
+    formats). A ``meta_call`` does not matter: shapes only never takes the compiled path."""
     return not (
         plan.view
         or plan.returns_value
         or plan.host_only
         or plan.host_call is not None
-        or plan.meta_call is not None
         or plan.conv_inputs
         or plan.conv_outputs
     )
+
+
+def replace_host_call(op: torch._ops.OpOverload, call: Callable[..., Any]) -> None:
+    """Run ``call`` instead of ``op``'s CPU kernel on the host views (the op then always takes
+    the Python path, which makes that call)."""
+    plan = plan_of(op)
+    plan.host_call = call
+    plan.native = -1
 
 
 # ---- the fallback ------------------------------------------------------------------------

@@ -326,8 +326,8 @@ def register() -> None:
 
     forward = aten.convolution_overrideable.default
     backward = aten.convolution_backward_overrideable.default
-    backend.plan_of(forward).host_call = _conv_forward
-    backend.plan_of(backward).host_call = _conv_backward
+    backend.replace_host_call(forward, _conv_forward)
+    backend.replace_host_call(backward, _conv_backward)
     from msprof_py.adapter import meta_shapes
 
     for op, shape_fn in meta_shapes.FAST.items():

@@ -290,7 +290,7 @@ def test_plans_decide_which_ops_may_take_the_compiled_path() -> None:
     plain = [aten.add.Tensor, aten.mm.default, aten.cat.default, aten.max.dim, aten.add_.Tensor]
     plain += [aten.add.out, aten._foreach_add_.List]
     never = [aten.view.default, aten._local_scalar_dense.default, aten.transpose.int]
-    never += [aten.convolution_overrideable.default]
+    never += [aten.convolution_overrideable.default, aten.convolution_backward_overrideable.default]
     assert all(backend._plain(backend.plan_of(op)) for op in plain)
     assert not any(backend._plain(backend.plan_of(op)) for op in never)
     if backend.NATIVE is not None:

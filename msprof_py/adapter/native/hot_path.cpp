@@ -22,6 +22,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -47,7 +48,9 @@ struct OpEntry {
   bool wraps_numbers;
 };
 
-std::vector<OpEntry> ops;
+//: a deque: entries keep their address while another thread registers an op (a CPU kernel
+//: may run Python, which may let another thread take the GIL)
+std::deque<OpEntry> ops;
 PyObject* npu_name = nullptr;  // "_npu"
 PyObject* fmt_name = nullptr;  // "_npu_fmt"
 const c10::Device npu_device(c10::DeviceType::PrivateUse1, 0);
