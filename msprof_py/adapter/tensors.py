@@ -129,15 +129,26 @@ def _attach(
     tag: str,
     block: Block | None = None,
 ) -> None:
+    _hold_memory(npu_storage, backing.nbytes(), state, tag, block)
+    npu_storage._npu = backing  # type: ignore[attr-defined]
+
+
+def _hold_memory(
+    npu_storage: torch.UntypedStorage,
+    nbytes: int,
+    state: AdapterState,
+    tag: str,
+    block: Block | None = None,
+) -> None:
+    """Give ``npu_storage`` device memory for ``nbytes`` (``block`` when already reserved),
+    replacing what it held."""
     if block is None:
         if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
             # a tensor created while a graph runs lives in the graph's workspace (or gets its
             # own memory when it leaves the graph: :func:`hold_own_memory`)
-            npu_storage._npu = backing  # type: ignore[attr-defined]
             npu_storage._npu_mem = None  # type: ignore[attr-defined]
             return
-        block = reserve(backing.nbytes(), state, tag)
-    npu_storage._npu = backing  # type: ignore[attr-defined]
+        block = reserve(nbytes, state, tag)
     # replacing the attribute frees the memory of a storage that was re-pointed or grown
     npu_storage._npu_mem = (  # type: ignore[attr-defined]
         _DeviceMemory(state.npu.memory, block.address) if block.size else None
@@ -174,7 +185,7 @@ def attach_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
     """Device memory for new npu tensor ``t``, whose storage already holds its backing (made by
     the compiled per-op path, :mod:`msprof_py.adapter.native`)."""
     storage = t.untyped_storage()
-    _attach(storage, storage._npu, state, tag)  # type: ignore[attr-defined]
+    _hold_memory(storage, storage._npu.nbytes(), state, tag)  # type: ignore[attr-defined]
 
 
 def new_tensor(

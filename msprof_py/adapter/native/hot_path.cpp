@@ -119,7 +119,6 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
     entry.kinds.push_back(kind);
     entry.types.push_back(arg.type());
     entry.defaults.push_back(arg.default_value());
-    entry.names.push_back(PyUnicode_InternFromString(arg.name().c_str()));
   }
   for (size_t r = 0; r < schema.returns().size(); ++r) {
     const auto& ret = schema.returns()[r];
@@ -132,6 +131,10 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
     Kind kind = kind_of(ret.type());
     if (kind != Kind::kTensor && kind != Kind::kTensorList) return -1;
     entry.return_aliases.push_back(alias);
+  }
+  // interned once the schema is accepted (an op refused above leaks no names)
+  for (const auto& arg : schema.arguments()) {
+    entry.names.push_back(PyUnicode_InternFromString(arg.name().c_str()));
   }
   ops.push_back(std::move(entry));
   return static_cast<int>(ops.size()) - 1;
