@@ -14,11 +14,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from msprof_py.adapter.steps import STEP_PREFIX
+from msprof_py.collectors.columns import memory_columns, task_columns
 from msprof_py.collectors.module_paths import ModuleStack
 from msprof_py.collectors.stacks import StackRecorder
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
@@ -52,23 +55,17 @@ EXPLICIT_STEP_SOURCES = ("torch_npu.profiler", "msprof_py.step")
 
 # A training loop repeats the same shapes: their text forms are cached (bounded).
 _TEXT_CACHE_LIMIT = 65_536
-_shape_text: dict[tuple, str] = {}
 _join_text: dict[tuple, str] = {}
 _arg_text: dict[tuple, tuple[str, str]] = {}
+
+#: the ``kind`` column of each host record kind (an enum's ``.value`` is a slow descriptor)
+_HOST_KIND_TEXT = {kind: kind.value for kind in HostKind}
 
 
 def _remember(cache: dict, key: tuple, value: object) -> None:
     if len(cache) >= _TEXT_CACHE_LIMIT:
         cache.clear()
     cache[key] = value
-
-
-def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
-    text = _shape_text.get(shapes)
-    if text is None:
-        text = ";".join(",".join(str(d) for d in shape) for shape in shapes)
-        _remember(_shape_text, shapes, text)
-    return text
 
 
 def _joined(names: tuple[str, ...]) -> str:
@@ -81,7 +78,7 @@ def _joined(names: tuple[str, ...]) -> str:
 
 def _arg_shapes(args: tuple) -> tuple[str, str]:
     # not a.shape: an UninitializedParameter refuses it
-    key = tuple((_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor))
+    key = tuple([(_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor)])
     found = _arg_text.get(key)
     if found is None:
         found = (
@@ -90,24 +87,6 @@ def _arg_shapes(args: tuple) -> tuple[str, str]:
         )
         _remember(_arg_text, key, found)
     return found
-
-
-#: the attribute columns of a task without attributes (most kernels)
-_NO_ATTRS = ("", False, "", "", 0, 0, "")
-
-
-def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, int, str]:
-    """The attribute columns of a task row: copy kind, pinned, collective, algorithm, world
-    size, notify wait, op state."""
-    return (
-        str(attrs.get("copy_kind", "")),
-        bool(attrs.get("pinned", False)),
-        str(attrs.get("collective", "")),
-        str(attrs.get("algorithm", "")),
-        int(attrs.get("world_size", 0)),
-        int(attrs.get("notify_wait_ns", 0)),
-        str(attrs.get("op_state", "")),
-    )
 
 
 def thread_name() -> str:
@@ -190,6 +169,19 @@ class Recorder:
         self.fusion: list[tuple[int, str, str, tuple]] = []
         #: called once when the iteration window is over (the session detaches the recorder)
         self.on_finished: Callable[[], None] | None = None
+        # tasks and allocator events are kept as the device's records and made columns when
+        # the writer flushes (collectors/columns.py): little work per record on the hot path
+        writer.convert_at_flush("tasks", task_columns)
+        writer.convert_at_flush("memory", memory_columns)
+        self._append_task = partial(writer.append, "tasks")
+        self._append_memory = partial(writer.append, "memory")
+        self._append_host = partial(writer.append, "host_events")
+        self._on_record: dict[type, Callable[[Any], None]] = {
+            TaskRecord: self._task,
+            HostRecord: self._host,
+            MemoryRecord: self._memory,
+            GraphRecord: self._graph,
+        }
 
     # ---- the step window ----------------------------------------------------------------
 
@@ -368,65 +360,19 @@ class Recorder:
     # ---- device records (bus subscriber) ------------------------------------------------
 
     def __call__(self, record: Record) -> None:
-        if isinstance(record, TaskRecord):
-            self._task(record)
-        elif isinstance(record, HostRecord):
-            self._host(record)
-        elif isinstance(record, GraphRecord):
-            self._graph(record)
-        elif isinstance(record, MemoryRecord) and self.recording and self.record_memory:
-            self.writer.append(
-                "memory",
-                (
-                    record.time_ns,
-                    record.action.value,
-                    record.address,
-                    record.size,
-                    record.allocated,
-                    record.reserved,
-                    record.active,
-                    record.stream_id,
-                    record.tag,
-                    self.step,
-                ),
-            )
+        handle = self._on_record.get(type(record))
+        if handle is not None:
+            handle(record)
+
+    def _memory(self, m: MemoryRecord) -> None:
+        if self.recording and self.record_memory:
+            self._append_memory((m, self.step))
 
     def _task(self, t: TaskRecord) -> None:
         if not self.recording or not self.record_tasks:
             return
-        attrs = t.attrs
-        parent = self._open_op[0] if self._open_op else NO_ID
         self.tasks_recorded += 1
-        self.writer.append(
-            "tasks",
-            (
-                t.task_id,
-                t.stream_id,
-                t.kind.value,
-                t.task_type.value,
-                t.name,
-                t.op_type,
-                t.block_dim,
-                t.launch_ns,
-                t.start_ns,
-                t.end_ns,
-                t.wait_ns,
-                t.flops,
-                t.bytes,
-                _shapes(t.input_shapes),
-                _joined(t.input_dtypes),
-                _joined(t.input_formats),
-                _shapes(t.output_shapes),
-                _joined(t.output_dtypes),
-                _joined(t.output_formats),
-                *(_attr_fields(attrs) if attrs else _NO_ATTRS),
-                t.cube_ns,
-                t.vector_ns,
-                t.memory_ns,
-                parent,
-                self.step,
-            ),
-        )
+        self._append_task((t, self._open_op[0] if self._open_op else NO_ID, self.step))
 
     def _graph(self, g: GraphRecord) -> None:
         """A graph plan: its rows in ``graphs``, ``graph_passes`` and ``graph_kernels``.
@@ -495,7 +441,8 @@ class Recorder:
             )
 
     def _host(self, h: HostRecord) -> None:
-        if h.kind is HostKind.API and h.name.startswith(STEP_PREFIX):
+        kind = h.kind
+        if kind is HostKind.API and h.name.startswith(STEP_PREFIX):
             self.end_step(h.name[len(STEP_PREFIX) :], h.end_ns)
             return
         if not self.recording or not self.record_api:
@@ -503,12 +450,11 @@ class Recorder:
         event_id = self._next_event
         self._next_event += 1
         parent = self._open_op[0] if self._open_op else NO_ID
-        thread = self._thread() if h.kind is not HostKind.PYTHON else 0
-        self.writer.append(
-            "host_events",
+        thread = self._thread() if kind is not HostKind.PYTHON else 0
+        self._append_host(
             (
                 event_id,
-                h.kind.value,
+                _HOST_KIND_TEXT[kind],
                 h.name,
                 h.start_ns,
                 h.end_ns,
@@ -523,5 +469,5 @@ class Recorder:
                 NO_ID,
                 "",
                 "",
-            ),
+            )
         )
