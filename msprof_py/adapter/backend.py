@@ -28,6 +28,7 @@ from msprof_py.adapter import (
 )
 from msprof_py.adapter.compile_cache import attribute_slots, attributes_at
 from msprof_py.adapter.errors import NumericsNoneError, unsupported_op
+from msprof_py.adapter.meta_cache import MetaCache
 from msprof_py.adapter.opcost import PlannedKernel, TensorInfo, dtype_name, op_tasks
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
 from msprof_py.adapter.tensors import (
@@ -314,6 +315,10 @@ def _rewrap_numbers(plan: OpPlan, args: tuple, meta: bool) -> tuple:
     return args if fixed is None else tuple(fixed)
 
 
+#: shapes only: meta results by op and argument metadata
+META_RESULTS = MetaCache()
+
+
 def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -> Any:
     call = plan.host_call or plan.op
     if state.meta and plan.meta_call is not None and not kwargs:
@@ -321,6 +326,8 @@ def _run_on_host(state: AdapterState, plan: OpPlan, args: tuple, kwargs: dict) -
     try:
         if state.fast and plan.widened:
             return fast_numerics.call_widened(call, args, kwargs)
+        if state.meta and (call is plan.op or call is plan.meta_call):
+            return META_RESULTS.call(call, call, args, kwargs)
         return call(*args, **kwargs)
     except (NotImplementedError, RuntimeError) as exc:
         text = str(exc)
