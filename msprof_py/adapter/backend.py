@@ -692,23 +692,11 @@ def _submit(
         return
     engine = state.npu.engine
     if not state.npu.bus.active:
-        engine.submit_kernel(state.stream, cost, name=name, op_type=op_type)
+        engine.launch_kernel(state.stream, cost, name, op_type)
         return
     if fields is None:
         fields = _record_fields_of(ins, outs)
-    engine.submit_kernel(
-        state.stream,
-        cost,
-        name=name,
-        op_type=op_type,
-        input_shapes=fields[0],
-        input_dtypes=fields[1],
-        input_formats=fields[2],
-        output_shapes=fields[3],
-        output_dtypes=fields[4],
-        output_formats=fields[5],
-        attrs=state.compiled.attrs,
-    )
+    engine.launch_kernel(state.stream, cost, name, op_type, fields, state.compiled.attrs)
 
 
 #: (input keys, output keys) -> the shape, dtype and format fields of a task record

@@ -36,6 +36,8 @@ from msprof_py.device.resources import ResourcePool
 from msprof_py.device.spec import DeviceSpec
 
 _PRUNE_EVERY = 256
+#: the tensor fields of a task record that describes no tensors
+_NO_TENSORS: tuple[tuple, tuple, tuple, tuple, tuple, tuple] = ((), (), (), (), (), ())
 _COPY_POOL = {CopyKind.H2D: "h2d", CopyKind.D2H: "d2h", CopyKind.D2D: "sdma"}
 _COPY_API = {
     CopyKind.H2D: "MEMCPY_H2D",
@@ -336,6 +338,29 @@ class Engine:
         if self.bus.active:
             self._emit_launch(name, host_start, stream, task)
         return task
+
+    def launch_kernel(
+        self,
+        stream: Stream,
+        cost: KernelCost,
+        name: str,
+        op_type: str,
+        tensors: tuple[tuple, tuple, tuple, tuple, tuple, tuple] = _NO_TENSORS,
+        attrs: dict[str, object] | None = None,
+    ) -> None:
+        """:meth:`submit_kernel` for a caller that does not need the task back (the adapter's
+        per-op launch): the same timeline and task ids, and no record built while nobody
+        subscribes. ``tensors``: input shapes, dtypes and formats, then output shapes, dtypes
+        and formats, as the task record's fields."""
+        dispatch = self.spec.dispatch
+        host_start, launch = self._launch(stream, dispatch.stage1_ns, dispatch.stage2_ns, name)
+        if not self.bus.active:
+            demand = self._demand(cost.task_type, cost.block_dim)
+            self._place(stream, launch, cost.duration_ns, demand, 0)
+            self._new_task_id()
+            return
+        task = self._place_kernel(stream, cost, launch, 0, name, op_type, tensors, attrs)
+        self._emit_launch(name, host_start, stream, task)
 
     def _place_kernel(
         self,

@@ -43,11 +43,16 @@ operation = st.one_of(
 programs = st.lists(operation, min_size=1, max_size=60)
 
 
-def run(program: list[tuple]) -> tuple[SimulatedNpu, TaskLog, dict[int, int]]:
-    """Run ``program``; return the device, its log, and for each wait task the event time."""
+def run(
+    program: list[tuple], *, launch: bool = False, subscribe: bool = True
+) -> tuple[SimulatedNpu, TaskLog, dict[int, int]]:
+    """Run ``program``; return the device, its log, and for each wait task the event time.
+    ``launch``: kernels go through ``launch_kernel`` (the adapter's), not ``submit_kernel``;
+    ``subscribe``: the log listens (else nobody does, and it stays empty)."""
     npu = SimulatedNpu()
     log = TaskLog()
-    npu.subscribe(log)
+    if subscribe:
+        npu.subscribe(log)
     engine = npu.engine
     stream_list = [engine.default_stream] + [engine.create_stream() for _ in range(STREAMS - 1)]
     event_list = [engine.create_event() for _ in range(EVENTS)]
@@ -56,9 +61,12 @@ def run(program: list[tuple]) -> tuple[SimulatedNpu, TaskLog, dict[int, int]]:
         name = op[0]
         if name == "kernel":
             _, s, duration, bd, task_type = op
-            engine.submit_kernel(
-                stream_list[s], kernel(duration, bd, task_type), name="k", op_type="K"
-            )
+            if launch:
+                engine.launch_kernel(stream_list[s], kernel(duration, bd, task_type), "k", "K")
+            else:
+                engine.submit_kernel(
+                    stream_list[s], kernel(duration, bd, task_type), name="k", op_type="K"
+                )
         elif name == "copy":
             _, s, kind, nbytes, pinned = op
             engine.submit_memcpy(stream_list[s], kind, nbytes, pinned=pinned)
@@ -159,3 +167,29 @@ def test_the_host_is_one_thread_and_the_timeline_is_deterministic(program: list[
     assert first.host == second.host
     for before, after in pairwise(first.host):
         assert after.start_ns >= before.end_ns
+
+
+def _clocks(npu: SimulatedNpu) -> tuple:
+    engine = npu.engine
+    streams = sorted(engine.streams.items())
+    return (
+        engine.host_ns,
+        engine.tasks_submitted,
+        [(i, s.tail_ns, list(s.inflight)) for i, s in streams],
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs)
+def test_launch_kernel_places_tasks_as_submit_kernel_does(program: list[tuple]) -> None:
+    """The adapter launches through ``launch_kernel``, which builds no task record while
+    nobody listens: with a listener every record, and without one every clock, task count and
+    stream queue, must be what ``submit_kernel`` gives."""
+    submitted, submitted_log, _ = run(program)
+    launched, launched_log, _ = run(program, launch=True)
+    assert launched_log.tasks == submitted_log.tasks
+    assert launched_log.host == submitted_log.host
+    assert _clocks(launched) == _clocks(submitted)
+    quiet_submitted = run(program, subscribe=False)[0]
+    quiet_launched = run(program, launch=True, subscribe=False)[0]
+    assert _clocks(quiet_launched) == _clocks(quiet_submitted) == _clocks(submitted)
