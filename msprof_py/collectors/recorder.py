@@ -14,18 +14,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from msprof_py.adapter.steps import STEP_PREFIX
-from msprof_py.collectors.columns import memory_columns, task_columns
 from msprof_py.collectors.module_paths import ModuleStack
 from msprof_py.collectors.stacks import StackRecorder
 from msprof_py.collectors.stepsource import parse_steps_from, split_source
-from msprof_py.device import GraphRecord, HostKind, HostRecord, MemoryRecord, TaskRecord
+from msprof_py.device import (
+    GraphRecord,
+    HostKind,
+    HostRecord,
+    MemoryAction,
+    MemoryRecord,
+    TaskKind,
+    TaskRecord,
+    TaskType,
+)
 from msprof_py.device.records import Record
 from msprof_py.profile.meta import THREAD_NAME_LIMIT
 from msprof_py.profile.schema import NO_ID
@@ -55,17 +62,23 @@ EXPLICIT_STEP_SOURCES = ("torch_npu.profiler", "msprof_py.step")
 
 # A training loop repeats the same shapes: their text forms are cached (bounded).
 _TEXT_CACHE_LIMIT = 65_536
+_shape_text: dict[tuple, str] = {}
 _join_text: dict[tuple, str] = {}
 _arg_text: dict[tuple, tuple[str, str]] = {}
-
-#: the ``kind`` column of each host record kind (an enum's ``.value`` is a slow descriptor)
-_HOST_KIND_TEXT = {kind: kind.value for kind in HostKind}
 
 
 def _remember(cache: dict, key: tuple, value: object) -> None:
     if len(cache) >= _TEXT_CACHE_LIMIT:
         cache.clear()
     cache[key] = value
+
+
+def _shapes(shapes: tuple[tuple[int, ...], ...]) -> str:
+    text = _shape_text.get(shapes)
+    if text is None:
+        text = ";".join(",".join(str(d) for d in shape) for shape in shapes)
+        _remember(_shape_text, shapes, text)
+    return text
 
 
 def _joined(names: tuple[str, ...]) -> str:
@@ -78,7 +91,7 @@ def _joined(names: tuple[str, ...]) -> str:
 
 def _arg_shapes(args: tuple) -> tuple[str, str]:
     # not a.shape: an UninitializedParameter refuses it
-    key = tuple([(_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor)])
+    key = tuple((_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor))
     found = _arg_text.get(key)
     if found is None:
         found = (
@@ -87,6 +100,48 @@ def _arg_shapes(args: tuple) -> tuple[str, str]:
         )
         _remember(_arg_text, key, found)
     return found
+
+
+#: the attribute columns of a task without attributes
+_NO_ATTRS = ("", False, "", "", 0, 0, "")
+
+# an enum's ``.value`` is a slow descriptor: the column texts, looked up by member
+_TASK_KIND_TEXT = {kind: kind.value for kind in TaskKind}
+_TASK_TYPE_TEXT = {task_type: task_type.value for task_type in TaskType}
+_HOST_KIND_TEXT = {kind: kind.value for kind in HostKind}
+_ACTION_TEXT = {action: action.value for action in MemoryAction}
+
+#: id of an attrs dict most kernels share (the compile cache's) -> (the dict, its columns);
+#: the dict is kept, so its id stays its own
+_attr_rows: dict[int, tuple[dict, tuple]] = {}
+_SHARED_ATTR_KEYS = frozenset({"op_state"})
+
+
+def _attr_fields(attrs: dict[str, object]) -> tuple[str, bool, str, str, int, int, str]:
+    """The attribute columns of a task row: copy kind, pinned, collective, algorithm, world
+    size, notify wait, op state."""
+    return (
+        str(attrs.get("copy_kind", "")),
+        bool(attrs.get("pinned", False)),
+        str(attrs.get("collective", "")),
+        str(attrs.get("algorithm", "")),
+        int(attrs.get("world_size", 0)),
+        int(attrs.get("notify_wait_ns", 0)),
+        str(attrs.get("op_state", "")),
+    )
+
+
+def _shared_attr_fields(attrs: dict[str, object]) -> tuple:
+    """:func:`_attr_fields` of an attrs dict, remembered by identity for the few dicts the
+    adapter hands to every kernel (the compile cache's op state); copies, events and
+    collectives make a dict per task, computed each time."""
+    found = _attr_rows.get(id(attrs))
+    if found is not None and found[0] is attrs:
+        return found[1]
+    fields = _attr_fields(attrs)
+    if len(_attr_rows) < 64 and attrs.keys() <= _SHARED_ATTR_KEYS:
+        _attr_rows[id(attrs)] = (attrs, fields)
+    return fields
 
 
 def thread_name() -> str:
@@ -169,13 +224,6 @@ class Recorder:
         self.fusion: list[tuple[int, str, str, tuple]] = []
         #: called once when the iteration window is over (the session detaches the recorder)
         self.on_finished: Callable[[], None] | None = None
-        # tasks and allocator events are kept as the device's records and made columns when
-        # the writer flushes (collectors/columns.py): little work per record on the hot path
-        writer.convert_at_flush("tasks", task_columns)
-        writer.convert_at_flush("memory", memory_columns)
-        self._append_task = partial(writer.append, "tasks")
-        self._append_memory = partial(writer.append, "memory")
-        self._append_host = partial(writer.append, "host_events")
         self._on_record: dict[type, Callable[[Any], None]] = {
             TaskRecord: self._task,
             HostRecord: self._host,
@@ -366,13 +414,58 @@ class Recorder:
 
     def _memory(self, m: MemoryRecord) -> None:
         if self.recording and self.record_memory:
-            self._append_memory((m, self.step))
+            self.writer.append(
+                "memory",
+                (
+                    m.time_ns,
+                    _ACTION_TEXT[m.action],
+                    m.address,
+                    m.size,
+                    m.allocated,
+                    m.reserved,
+                    m.active,
+                    m.stream_id,
+                    m.tag,
+                    self.step,
+                ),
+            )
 
     def _task(self, t: TaskRecord) -> None:
         if not self.recording or not self.record_tasks:
             return
+        attrs = t.attrs
+        parent = self._open_op[0] if self._open_op else NO_ID
         self.tasks_recorded += 1
-        self._append_task((t, self._open_op[0] if self._open_op else NO_ID, self.step))
+        self.writer.append(
+            "tasks",
+            (
+                t.task_id,
+                t.stream_id,
+                _TASK_KIND_TEXT[t.kind],
+                _TASK_TYPE_TEXT[t.task_type],
+                t.name,
+                t.op_type,
+                t.block_dim,
+                t.launch_ns,
+                t.start_ns,
+                t.end_ns,
+                t.wait_ns,
+                t.flops,
+                t.bytes,
+                _shapes(t.input_shapes),
+                _joined(t.input_dtypes),
+                _joined(t.input_formats),
+                _shapes(t.output_shapes),
+                _joined(t.output_dtypes),
+                _joined(t.output_formats),
+                *(_shared_attr_fields(attrs) if attrs else _NO_ATTRS),
+                t.cube_ns,
+                t.vector_ns,
+                t.memory_ns,
+                parent,
+                self.step,
+            ),
+        )
 
     def _graph(self, g: GraphRecord) -> None:
         """A graph plan: its rows in ``graphs``, ``graph_passes`` and ``graph_kernels``.
@@ -451,7 +544,8 @@ class Recorder:
         self._next_event += 1
         parent = self._open_op[0] if self._open_op else NO_ID
         thread = self._thread() if kind is not HostKind.PYTHON else 0
-        self._append_host(
+        self.writer.append(
+            "host_events",
             (
                 event_id,
                 _HOST_KIND_TEXT[kind],
@@ -469,5 +563,5 @@ class Recorder:
                 NO_ID,
                 "",
                 "",
-            )
+            ),
         )

@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,7 @@ import pyarrow.parquet as pq
 from msprof_py.profile.meta import fsync_dir, write_json_atomic, write_meta_file
 from msprof_py.profile.schema import META_FILE, TABLES, Table
 
-__all__ = [
-    "DEFAULT_CHUNK_ROWS",
-    "ColumnsOf",
-    "RawWriter",
-    "write_json_atomic",
-    "write_meta_file",
-]
-
-#: turns a table's buffered entries into its columns (lists in schema order), at flush time
-ColumnsOf = Callable[[list], list[list]]
+__all__ = ["DEFAULT_CHUNK_ROWS", "RawWriter", "write_json_atomic", "write_meta_file"]
 
 #: rows a table buffers before they go to disk (bounds the recorder's memory)
 DEFAULT_CHUNK_ROWS = 65_536
@@ -94,20 +84,10 @@ class RawWriter:
         self.failed: str | None = None
         self._last_flush = time.monotonic()
         self._flush_lock = threading.RLock()
-        #: tables whose entries are not row tuples: how a flush turns them into columns
-        self._columns_of: dict[str, ColumnsOf] = {}
-
-    def convert_at_flush(self, table: str, columns_of: ColumnsOf) -> None:
-        """Entries appended to ``table`` from now on are whatever its producer keeps per row
-        (a device record and its context, say), turned into columns by ``columns_of`` when
-        the table is flushed: column by column for a whole chunk, not a tuple per row on the
-        recorded program's path. Call it before the first append to ``table``."""
-        self._columns_of[table] = columns_of
 
     def append(self, table: str, row: tuple) -> None:
-        """Add one row (or entry, see :meth:`convert_at_flush`); flush the table's chunk when
-        it is full, and every buffered row when :data:`FLUSH_INTERVAL_S` passed. Never
-        raises: if writing fails, recording stops."""
+        """Add one row; flush the table's chunk when it is full, and every buffered row when
+        :data:`FLUSH_INTERVAL_S` passed. Never raises: if writing fails, recording stops."""
         if self.failed is not None:
             return
         rows = self._rows[table]
@@ -168,9 +148,7 @@ class RawWriter:
             if not self.folder.exists():
                 self.write_meta()
             table: Table = TABLES[name]
-            columns_of = self._columns_of.get(name)
-            entries = rows[:count]
-            columns = columns_of(entries) if columns_of else list(zip(*entries, strict=True))
+            columns = list(zip(*rows[:count], strict=True))
             arrays = [
                 pa.array(col, type=c.type) for col, c in zip(columns, table.columns, strict=True)
             ]

@@ -17,9 +17,6 @@ class Rows:
     def append(self, table: str, row: tuple) -> None:
         self.rows.setdefault(table, []).append(row)
 
-    def convert_at_flush(self, table: str, columns_of: object) -> None:
-        """Only step rows (plain tuples) are looked at here."""
-
     def flush(self) -> None:
         """The recorder flushes at the first step and then when due: nothing to do here."""
 

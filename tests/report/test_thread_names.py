@@ -26,9 +26,6 @@ class _Writer:
     def __init__(self) -> None:
         self.meta: dict = {}
 
-    def convert_at_flush(self, table: str, columns_of: object) -> None:
-        """Only step rows (plain tuples) are looked at here."""
-
     def append(self, table: str, row: tuple) -> None:
         """Rows do not matter here."""
 
