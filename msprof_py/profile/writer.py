@@ -32,6 +32,10 @@ DEFAULT_CHUNK_ROWS = 65_536
 #: segfault) loses at most about this much of the run
 FLUSH_INTERVAL_S = 1.0
 _CLOCK_EVERY = 4096
+#: ``meta.json`` lists every part, so writing it costs more as a run goes on (5,000 parts:
+#: about 100 ms): once it lists more than this many parts per second of flush interval, the
+#: interval grows with it, which keeps the metadata's share of a long run's time bounded
+PARTS_PER_INTERVAL_S = 500
 
 
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
@@ -84,6 +88,8 @@ class RawWriter:
         self.failed: str | None = None
         self._last_flush = time.monotonic()
         self._flush_lock = threading.RLock()
+        #: a part was written since meta.json was last written (it does not list it yet)
+        self._unlisted = False
 
     def append(self, table: str, row: tuple) -> None:
         """Add one row; flush the table's chunk when it is full, and every buffered row when
@@ -94,19 +100,32 @@ class RawWriter:
         rows.append(row)
         self.appended += 1
         if len(rows) >= self.chunk_rows:
-            self._guarded(self._flush_table, table)
+            # the full chunk goes to disk now; meta.json lists it at the next timed flush
+            # (a crash before then still loads it: a partial profile reads unlisted parts)
+            self._guarded(self._flush_table, table, False)
+            self.flush_if_due()
         elif not self.appended % _CLOCK_EVERY:
             self.flush_if_due()
 
+    def flush_interval(self) -> float:
+        """Seconds between timed flushes: :data:`FLUSH_INTERVAL_S`, longer once ``meta.json``
+        lists more than :data:`PARTS_PER_INTERVAL_S` parts per second of it."""
+        listed = sum(self._parts.values())
+        return FLUSH_INTERVAL_S * max(1.0, listed / (PARTS_PER_INTERVAL_S * FLUSH_INTERVAL_S))
+
     def flush_if_due(self) -> None:
-        """Flush every buffered row if :data:`FLUSH_INTERVAL_S` passed since the last flush
+        """Flush every buffered row if :meth:`flush_interval` passed since the last flush
         (the recorder calls it at step ends too). Never raises."""
-        if self.failed is None and time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+        if self.failed is None and time.monotonic() - self._last_flush >= self.flush_interval():
             self._guarded(self._flush_buffers)
 
     def _flush_buffers(self) -> None:
-        for name in TABLES:
-            self._flush_table(name)
+        """Every buffered row to disk, then ``meta.json`` rewritten once to list the parts."""
+        with self._flush_lock:
+            for name in TABLES:
+                self._flush_table(name, False)
+            if self._unlisted:
+                self.write_meta()
         self._last_flush = time.monotonic()
 
     def _guarded(self, write: Any, *args: Any) -> None:
@@ -136,7 +155,9 @@ class RawWriter:
         with contextlib.suppress(Exception):
             self.write_meta()
 
-    def _flush_table(self, name: str) -> None:
+    def _flush_table(self, name: str, list_now: bool = True) -> None:
+        """Write the buffered rows of ``name`` as its next part; ``list_now``: rewrite
+        ``meta.json`` to list it (else the caller does, once for several parts)."""
         # other threads (autograd's, a DataLoader's, the SIGTERM watchdog) append and flush
         # too: flushes take turns, and each writes the rows buffered when it started (rows
         # appended meanwhile stay for the next part), so meta.json counts what the parts hold
@@ -159,7 +180,9 @@ class RawWriter:
             self.rows_written[name] += count
             self.meta["rows"] = dict(self.rows_written)  # counts always match the listed parts
             del rows[:count]
-            self.write_meta()  # list the part: a crash from now on keeps it
+            self._unlisted = True
+            if list_now:
+                self.write_meta()  # list the part: a crash from now on keeps it
 
     def flush(self) -> None:
         """Write every buffered row and the metadata (nothing at all if no row ever came).
@@ -181,4 +204,6 @@ class RawWriter:
         """(Re)write ``meta.json``, sealed with its checksum (creating the folder on first
         use)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_meta_file(self.folder / META_FILE, self.meta)
+        with self._flush_lock:
+            write_meta_file(self.folder / META_FILE, self.meta)
+            self._unlisted = False

@@ -140,3 +140,48 @@ def test_a_full_disk_never_stops_the_training(tmp_path: Path, small_disk: Path) 
     assert "Traceback" not in result.stderr
     profile = load(_rank_dir(small_disk))  # what fitted is loadable, and says it is partial
     assert profile.partial and len(profile.steps) > 0
+
+
+def _step(i: int) -> tuple:
+    return (i, i, i + 1, "optimizer", 0)
+
+
+def test_chunk_flushes_list_their_parts_once_per_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """meta.json lists every part, so rewriting it per part made a long run pay more and more
+    per chunk: full chunks go to disk at once and are listed together at the timed flush."""
+    writes: list[int] = []
+    real = writer_module.write_meta_file
+
+    def counted(path: Path, meta: dict) -> None:
+        writes.append(len(meta["parts"]["steps"]))
+        real(path, meta)
+
+    monkeypatch.setattr(writer_module, "write_meta_file", counted)
+    monkeypatch.setattr(writer_module, "FLUSH_INTERVAL_S", 3600.0)
+    writer = RawWriter(tmp_path / "raw", {"rank": 0, "status": "running"}, chunk_rows=4)
+    for i in range(40):
+        writer.append("steps", _step(i))
+    assert len(list((tmp_path / "raw").glob("steps-*.parquet"))) == 10
+    assert writes == [0]  # the folder's first meta.json only
+    # a crash now keeps every chunk: a partial profile reads the parts meta.json does not list
+    assert sorted(load(tmp_path / "raw").steps["step"]) == list(range(40))
+    writer.flush_if_due()
+    assert writes == [0]  # not due yet
+    writer._last_flush -= 3600.0
+    writer.flush_if_due()
+    assert writes == [0, 10]  # one rewrite lists the ten parts
+    writer.meta["status"] = "completed"
+    writer.flush()
+    profile = load(tmp_path / "raw")  # complete: parts and row counts checked against meta
+    assert sorted(profile.steps["step"]) == list(range(40))
+
+
+def test_the_flush_interval_grows_with_the_parts_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer_module, "PARTS_PER_INTERVAL_S", 4)
+    writer = RawWriter(Path("/nonexistent"), {"rank": 0})
+    assert writer.flush_interval() == writer_module.FLUSH_INTERVAL_S
+    writer._parts["tasks"] = 6
+    writer._parts["memory"] = 6
+    assert writer.flush_interval() == 3 * writer_module.FLUSH_INTERVAL_S
