@@ -7,10 +7,11 @@ tensor. A training loop repeats the same ops on the same shapes, and a meta kern
 depends on nothing but its arguments' metadata, so the first call's outcome is kept and later
 calls with the same key rebuild it:
 
-- the key: the op, and per argument its metadata: a tensor's sizes, strides, storage offset,
-  dtype, device and which earlier tensor argument shares its storage (aliasing); a number,
+- the key: the op, and per argument its metadata: a meta tensor's sizes, strides, storage
+  offset, dtype and which earlier tensor argument shares its storage (aliasing); a number,
   ``None``, string, dtype, layout, memory format or device by type and value; lists and
-  tuples element by element. Anything else (a generator, a symbolic size ...) is not cached;
+  tuples element by element. Anything else (a CPU tensor, whose values a kernel may read; a
+  generator, a symbolic size ...) is not cached;
 - what is kept: the result as fresh tensors (sizes, strides, dtype, each on a storage of its
   own and exactly as large as they need), arguments returned as themselves (in-place ops), or
   ``None``. A call whose written arguments changed metadata (an ``out=`` resized), whose
@@ -60,12 +61,13 @@ class _Keyer:
 
     def key(self, v: Any) -> Any:
         if isinstance(v, torch.Tensor):
-            if v.is_conj() or v.is_neg():
+            # a CPU tensor beside meta views (an index) has values a kernel may read
+            if v.device != _META or v.is_conj() or v.is_neg():
                 raise _Uncacheable
             index = len(self.tensors)
             self.tensors.append(v)
             alias = self.storages.setdefault(_storage(v)._cdata, index)
-            return (_size(v), _stride(v), _offset(v), v.dtype, v.device, alias)
+            return (_size(v), _stride(v), _offset(v), v.dtype, alias)
         if v is None or isinstance(v, _SCALARS):
             return (type(v), v)
         if isinstance(v, (list, tuple)):

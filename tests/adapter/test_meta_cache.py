@@ -127,6 +127,16 @@ def test_results_sharing_a_storage_or_on_an_argument_are_not_kept() -> None:
     assert cache.hits == 0
 
 
+def test_calls_with_a_cpu_tensor_are_not_kept() -> None:
+    """A CPU tensor beside meta views (an index, a mask) has values a kernel may read."""
+    cache = MetaCache()
+    for _ in range(2):
+        index = torch.tensor([0, 2])
+        result = cache.call(aten.index.Tensor, aten.index.Tensor, (_meta(4, 3), [index]), {})
+        assert result.shape == (2, 3)
+    assert len(cache) == 0 and cache.hits == 0
+
+
 def test_the_cache_stays_bounded() -> None:
     cache = MetaCache(limit=4)
     for n in range(1, 11):
