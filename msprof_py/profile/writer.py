@@ -38,13 +38,34 @@ _CLOCK_EVERY = 4096
 PARTS_PER_INTERVAL_S = 500
 
 
+def _dictionary_columns(table: pa.Table) -> list[str]:
+    """The columns worth dictionary-encoding: the strings (op names, shapes, dtypes repeat);
+    ids and times are nearly all distinct, and a dictionary only costs time there."""
+    return [f.name for f in table.schema if pa.types.is_string(f.type)]
+
+
+def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
+    """Row tuples (schema order) as an Arrow table: converted row by row into one struct
+    array (a pass over the rows in memory order; transposing them into Python column lists
+    first cost as much as the conversion itself), then split into its columns."""
+    struct = _STRUCTS.get(table.name)
+    if struct is None:
+        struct = _STRUCTS[table.name] = pa.struct(list(table.schema))
+    return pa.Table.from_struct_array(pa.array(rows, type=struct))
+
+
+_STRUCTS: dict[str, pa.StructType] = {}
+
+
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
     """Write ``table`` to ``part`` atomically; return what ``meta.json`` lists of it."""
     tmp = part.with_name(part.name + ".tmp")
     # written by path, not through a Python file object: no Python callback runs inside
     # pyarrow's C++ writer, so a signal handler (SIGTERM's SystemExit) never fires there
     try:
-        pq.write_table(table, str(tmp), write_page_checksum=True)
+        pq.write_table(
+            table, str(tmp), write_page_checksum=True, use_dictionary=_dictionary_columns(table)
+        )
     except OSError as exc:  # pyarrow's text is long; say it as the OS says it, with the file
         if not exc.errno:
             raise
@@ -169,12 +190,8 @@ class RawWriter:
             if not self.folder.exists():
                 self.write_meta()
             table: Table = TABLES[name]
-            columns = list(zip(*rows[:count], strict=True))
-            arrays = [
-                pa.array(col, type=c.type) for col, c in zip(columns, table.columns, strict=True)
-            ]
             part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
-            listed = _write_part(pa.Table.from_arrays(arrays, schema=table.schema), part)
+            listed = _write_part(_rows_to_table(rows[:count], table), part)
             self.meta["parts"][name].append(listed)
             self._parts[name] += 1
             self.rows_written[name] += count
