@@ -156,10 +156,6 @@ class MetaCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def clear(self) -> None:
-        """Forget every kept result."""
-        self._entries.clear()
-
     def call(self, op: object, call: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """``call(*args, **kwargs)`` on meta host views, or its kept result for the same
         metadata."""

@@ -44,6 +44,10 @@ def _dictionary_columns(table: pa.Table) -> list[str]:
     return [f.name for f in table.schema if pa.types.is_string(f.type)]
 
 
+#: each table's rows as one Arrow struct type (built once per table)
+_STRUCTS: dict[str, pa.StructType] = {}
+
+
 def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
     """Row tuples (schema order) as an Arrow table: converted row by row into one struct
     array (a pass over the rows in memory order; transposing them into Python column lists
@@ -52,9 +56,6 @@ def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
     if struct is None:
         struct = _STRUCTS[table.name] = pa.struct(list(table.schema))
     return pa.Table.from_struct_array(pa.array(rows, type=struct))
-
-
-_STRUCTS: dict[str, pa.StructType] = {}
 
 
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
@@ -123,7 +124,7 @@ class RawWriter:
         if len(rows) >= self.chunk_rows:
             # the full chunk goes to disk now; meta.json lists it at the next timed flush
             # (a crash before then still loads it: a partial profile reads unlisted parts)
-            self._guarded(self._flush_table, table, False)
+            self._guarded(self._flush_table, table)
             self.flush_if_due()
         elif not self.appended % _CLOCK_EVERY:
             self.flush_if_due()
@@ -144,7 +145,7 @@ class RawWriter:
         """Every buffered row to disk, then ``meta.json`` rewritten once to list the parts."""
         with self._flush_lock:
             for name in TABLES:
-                self._flush_table(name, False)
+                self._flush_table(name)
             if self._unlisted:
                 self.write_meta()
         self._last_flush = time.monotonic()
@@ -176,9 +177,9 @@ class RawWriter:
         with contextlib.suppress(Exception):
             self.write_meta()
 
-    def _flush_table(self, name: str, list_now: bool = True) -> None:
-        """Write the buffered rows of ``name`` as its next part; ``list_now``: rewrite
-        ``meta.json`` to list it (else the caller does, once for several parts)."""
+    def _flush_table(self, name: str) -> None:
+        """Write the buffered rows of ``name`` as its next part (``meta.json`` lists it at the
+        next timed or final flush, once for all parts written meanwhile)."""
         # other threads (autograd's, a DataLoader's, the SIGTERM watchdog) append and flush
         # too: flushes take turns, and each writes the rows buffered when it started (rows
         # appended meanwhile stay for the next part), so meta.json counts what the parts hold
@@ -198,8 +199,6 @@ class RawWriter:
             self.meta["rows"] = dict(self.rows_written)  # counts always match the listed parts
             del rows[:count]
             self._unlisted = True
-            if list_now:
-                self.write_meta()  # list the part: a crash from now on keeps it
 
     def flush(self) -> None:
         """Write every buffered row and the metadata (nothing at all if no row ever came).
