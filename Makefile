@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
-#: the compiled per-op path of the adapter (msprof_py/adapter/native): built once per
-#: environment and again when its source changes; where it cannot build, the Python path runs
+#: the compiled per-op path of the adapter (msprof_py/adapter/native) and the engine's compiled
+#: scheduling core (msprof_py/device/native): built once per environment and again when their
+#: sources change; where one cannot build, its Python counterpart runs
 NATIVE := $(VENV)/.native
 
-$(NATIVE): $(STAMP) msprof_py/adapter/native/hot_path.cpp
+$(NATIVE): $(STAMP) msprof_py/adapter/native/hot_path.cpp msprof_py/device/native/*.c
+	$(BIN)/python -m msprof_py.device.native build
 	$(BIN)/python -m msprof_py.adapter.native build
 	@touch $(NATIVE)
 

@@ -42,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import msprof_py.adapter
 from msprof_py.adapter import native
+from msprof_py.device import native as device_native
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "sample_runs"))
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         f"npu: {npu.spec.name}, numerics {args.numerics}, host time modeled"
     )
 
-    print(f"per-op path: {native.status()}")
+    print(f"per-op path: {native.status()}; engine core: {device_native.status()}")
     print(
         "\n| micro-op | CPU (µs/call) | npu (µs/call) | npu / CPU | overhead (µs/call) "
         "| npu, Python path (µs/call) | overhead, Python path |"

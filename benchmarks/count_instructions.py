@@ -5,7 +5,14 @@ than most per-op changes are worth. Valgrind's cachegrind counts the instruction
 executes, the same from run to run. Each mode runs a loop of ``(x * 0.5).add_(1.0)`` on a
 64-element npu tensor for ``--small`` and for ``--large`` ops, each in a fresh process under
 cachegrind, and the difference divided by the extra ops is the cost of one op, start-up
-excluded:
+excluded. Both runs first do the same warm-up (ops and two steps: whatever the first step
+imports lazily is counted in both), every run has ``PYTHONHASHSEED=0`` (the layouts of dicts
+and sets of strings otherwise change from run to run), and BLAS and OpenMP run no worker
+threads (an idle OpenBLAS thread spin-waits: about 6k instructions per op that depend on
+timing). The runs start outside any checkout and import msprof_py from this one, or from
+``--pythonpath`` (checked: ``python -c`` puts the working directory first on ``sys.path``, so
+a "before" run started from the repository measured the repository's own code). So run, the
+same code gives the same count every time:
 
 - ``plain``: the adapter alone (``msprof_py.adapter.install()``);
 - ``record``: an msprof recording session (``start_session``; the time-based flush is off so
@@ -14,6 +21,7 @@ excluded:
 
     python benchmarks/count_instructions.py [--modes plain,record] [--small 1000] [--large 5000]
         [--pythonpath DIR]   # another checkout's msprof_py, for a before/after in one run
+        [--hash-seed N]      # PYTHONHASHSEED (default 0)
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -27,7 +35,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 LOOP = """
 import os, sys, tempfile
@@ -43,8 +53,18 @@ else:
     msprof_py.adapter.install()
 import msprof_py
 torch.set_num_threads(1)
+try:
+    from msprof_py.device import native as device_native
+    core = device_native.status()
+except ImportError:
+    core = "Python (this checkout has no compiled device cores)"
+sys.stderr.write(f"msprof_py: {msprof_py.__file__}; engine core: {core}\\n")
 x = torch.randn(64, device="npu")
-for i in range(200 + n // 2):
+for warm_up in range(2):  # what the first ops and steps import or build, in both runs
+    for i in range(200):
+        x = (x * 0.5).add_(1.0)
+    msprof_py.step()
+for i in range(n // 2):
     x = (x * 0.5).add_(1.0)
     if i % 1000 == 999:
         msprof_py.step()
@@ -52,23 +72,37 @@ os._exit(0)
 """
 
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+_IMPORTED = re.compile(r"msprof_py: (\S+)/msprof_py/__init__.py; engine core: (.*)")
+#: this checkout (what runs without ``--pythonpath``)
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def count(mode: str, ops: int, pythonpath: str | None) -> int:
+def count(mode: str, ops: int, pythonpath: str | None, hash_seed: int = 0) -> int:
     """Instructions of one process running ``ops`` small ops in ``mode``."""
     env = dict(os.environ)
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
+    env["PYTHONHASHSEED"] = str(hash_seed)  # the same dict and set layouts in every run
+    # no BLAS or OpenMP worker threads: their spin-waits count instructions by timing
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    checkout = Path(pythonpath or ROOT).resolve()
+    env["PYTHONPATH"] = str(checkout)
+    # run outside any checkout: ``python -c`` puts the working directory first on sys.path,
+    # which would import the msprof_py found there instead of the one asked for
     out = subprocess.run(
         [
             "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
             sys.executable, "-c", LOOP, mode, str(ops),
         ],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True, text=True, env=env, check=False, cwd=tempfile.gettempdir(),
     )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"count_instructions: the {mode} run failed:\n{out.stderr[-2000:]}")
+    imported = _IMPORTED.search(out.stderr)
+    if imported is None or Path(imported.group(1)) != checkout:
+        raise SystemExit(f"count_instructions: the run did not import msprof_py from {checkout}")
     found = _REFS.search(out.stderr)
     if found is None:
         raise SystemExit(f"count_instructions: no instruction count in valgrind's output ({mode})")
+    print(f"{mode}, {ops} ops: {checkout} ({imported.group(2)})", file=sys.stderr)
     return int(found.group(1).replace(",", ""))
 
 
@@ -78,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=1000, help="ops in the short run")
     parser.add_argument("--large", type=int, default=5000, help="ops in the long run")
     parser.add_argument("--pythonpath", help="PYTHONPATH for the runs (another checkout)")
+    parser.add_argument("--hash-seed", type=int, default=0, help="PYTHONHASHSEED of the runs")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("count_instructions: valgrind is not installed (apt-get install valgrind)")
@@ -87,7 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--large must exceed --small; modes are plain and record")
     jobs = [(m, n) for m in modes for n in (args.small, args.large)]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        counts = dict(zip(jobs, pool.map(lambda j: count(*j, args.pythonpath), jobs), strict=True))
+        counts = dict(
+            zip(
+                jobs,
+                pool.map(lambda j: count(*j, args.pythonpath, args.hash_seed), jobs),
+                strict=True,
+            )
+        )
     print("| mode | instructions per op | process, small run | process, large run |")
     print("|---|---:|---:|---:|")
     for m in modes:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -25,7 +26,6 @@ from msprof_py.adapter.errors import raise_oom
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState
 from msprof_py.device import NpuOutOfMemoryError
-from msprof_py.device.caching import Block, CachingAllocator
 from msprof_py.device.formats import storage_bytes
 
 _META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
@@ -83,34 +83,17 @@ def host_view(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def reserve(nbytes: int, state: AdapterState, tag: str) -> Block:
-    """Device memory for a new storage of ``nbytes`` (raises torch's OutOfMemoryError)."""
+def reserve(nbytes: int, state: AdapterState, tag: str) -> Any:
+    """Device memory for a new storage of ``nbytes``: the allocator's handle, which frees it
+    when it dies (None for 0 bytes; raises torch's OutOfMemoryError).
+
+    The handle is kept as the npu storage's ``_npu_mem``: torch keeps the storage's Python
+    object alive exactly as long as the storage, so the block returns to the caching allocator
+    when torch frees the storage (in C with the compiled allocator core)."""
     try:
-        return state.npu.memory.malloc(nbytes, stream_id=state.stream.stream_id, tag=tag)
+        return state.npu.memory.hold(nbytes, state.stream.stream_id, tag)
     except NpuOutOfMemoryError as exc:
         raise_oom(exc)
-
-
-class _DeviceMemory:
-    """Device memory held by one npu storage; freed when the storage's Python object dies.
-
-    Torch keeps that object alive exactly as long as the storage, so the block returns to the
-    caching allocator when torch frees the storage (cheaper than a weakref finalizer).
-    """
-
-    __slots__ = ("address", "memory")
-
-    def __init__(self, memory: CachingAllocator, address: int) -> None:
-        self.memory = memory
-        self.address = address
-
-    def __del__(self) -> None:
-        # at interpreter shutdown the allocator may already be gone: nothing to return then
-        # (try/except rather than contextlib.suppress: this runs once per freed npu storage)
-        try:  # noqa: SIM105
-            self.memory.free(self.address)
-        except Exception:
-            pass
 
 
 def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
@@ -118,8 +101,11 @@ def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
     backward); held until the returned handle is dropped."""
     if nbytes <= 0 or state.capture is not None:  # in a graph: part of its workspace
         return None
-    block = reserve(nbytes, state, tag)
-    return _DeviceMemory(state.npu.memory, block.address)
+    return reserve(nbytes, state, tag)
+
+
+#: what ``held`` defaults to: no device memory reserved for the storage yet
+_UNRESERVED: Any = object()
 
 
 def _attach(
@@ -127,9 +113,9 @@ def _attach(
     backing: torch.UntypedStorage,
     state: AdapterState,
     tag: str,
-    block: Block | None = None,
+    held: Any = _UNRESERVED,
 ) -> None:
-    _hold_memory(npu_storage, backing.nbytes(), state, tag, block)
+    _hold_memory(npu_storage, backing.nbytes(), state, tag, held)
     npu_storage._npu = backing  # type: ignore[attr-defined]
 
 
@@ -138,33 +124,32 @@ def _hold_memory(
     nbytes: int,
     state: AdapterState,
     tag: str,
-    block: Block | None = None,
+    held: Any = _UNRESERVED,
 ) -> None:
-    """Give ``npu_storage`` device memory for ``nbytes`` (``block`` when already reserved),
-    replacing what it held."""
-    if block is None:
+    """Give ``npu_storage`` device memory for ``nbytes`` (``held``: the handle when already
+    reserved), replacing what it held."""
+    if held is _UNRESERVED:
         if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
             # a tensor created while a graph runs lives in the graph's workspace (or gets its
             # own memory when it leaves the graph: :func:`hold_own_memory`)
             npu_storage._npu_mem = None  # type: ignore[attr-defined]
             return
-        block = reserve(nbytes, state, tag)
+        held = reserve(nbytes, state, tag)
     # replacing the attribute frees the memory of a storage that was re-pointed or grown
-    npu_storage._npu_mem = (  # type: ignore[attr-defined]
-        _DeviceMemory(state.npu.memory, block.address) if block.size else None
-    )
+    npu_storage._npu_mem = held  # type: ignore[attr-defined]
 
 
 def adopt(
-    result: torch.Tensor, state: AdapterState, tag: str, block: Block | None = None
+    result: torch.Tensor, state: AdapterState, tag: str, held: Any = _UNRESERVED
 ) -> torch.Tensor:
     """An npu tensor that takes over the values of the fresh host tensor ``result``.
 
-    ``block`` is device memory already reserved for it (factories reserve before allocating
-    host memory, so a request the device cannot hold fails as an npu out-of-memory error).
+    ``held`` is device memory already reserved for it (:func:`reserve`'s handle: factories
+    reserve before allocating host memory, so a request the device cannot hold fails as an npu
+    out-of-memory error).
     """
     out = _create_empty(result.shape, result.dtype)
-    _attach(out.untyped_storage(), result.untyped_storage(), state, tag, block)
+    _attach(out.untyped_storage(), result.untyped_storage(), state, tag, held)
     if result.storage_offset() or result.stride() != out.stride():
         _set_meta(
             _META_KEYS,
@@ -205,15 +190,14 @@ def new_tensor(
     numel = math.prod(size)
     elements = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
     in_graph = state.capture is not None  # the graph's workspace holds it
-    block = None if in_graph else reserve(elements * dtype.itemsize, state, tag)
+    held = _UNRESERVED if in_graph else reserve(elements * dtype.itemsize, state, tag)
     device = _META if state.meta else _CPU
     try:
         host = torch.empty_strided(size, stride, dtype=dtype, device=device)
     except BaseException:
-        if block is not None:
-            state.npu.memory.free(block.address)
+        del held  # the memory returns now, not when the traceback is dropped
         raise
-    return adopt(host, state, tag, block)
+    return adopt(host, state, tag, held)
 
 
 def _contiguous_strides(size: Sequence[int]) -> list[int]:
@@ -256,8 +240,7 @@ def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: st
         return
     current = state.npu.memory.block_size(held.address) if held is not None else 0
     if nbytes > current:
-        block = reserve(nbytes, state, tag)
-        storage._npu_mem = _DeviceMemory(state.npu.memory, block.address)  # type: ignore[attr-defined]
+        storage._npu_mem = reserve(nbytes, state, tag)  # type: ignore[attr-defined]
 
 
 def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
@@ -273,8 +256,7 @@ def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
     if fmt is not None:
         nbytes = max(nbytes, storage_bytes(fmt[1], dtype_name(t.dtype), fmt[0]))
     if nbytes > 0:
-        block = reserve(nbytes, state, tag)
-        storage._npu_mem = _DeviceMemory(state.npu.memory, block.address)  # type: ignore[attr-defined]
+        storage._npu_mem = reserve(nbytes, state, tag)  # type: ignore[attr-defined]
 
 
 def set_storage_format(t: torch.Tensor, fmt: str | None, shape: tuple[int, ...] = ()) -> None:

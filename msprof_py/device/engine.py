@@ -16,10 +16,10 @@ flight) blocks the host until its oldest task ends, and so does a full task queu
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from msprof_py.device import native
 from msprof_py.device.collectives import CollectiveCost
 from msprof_py.device.costmodel import KernelCost, copy_ns, memset_ns
 from msprof_py.device.errors import DeviceError, EventNotReadyError
@@ -33,9 +33,9 @@ from msprof_py.device.records import (
     TaskType,
 )
 from msprof_py.device.resources import ResourcePool
+from msprof_py.device.schedule import PythonCore
 from msprof_py.device.spec import DeviceSpec
 
-_PRUNE_EVERY = 256
 #: the tensor fields of a task record that describes no tensors
 _NO_TENSORS: tuple[tuple, tuple, tuple, tuple, tuple, tuple] = ((), (), (), (), (), ())
 _COPY_POOL = {CopyKind.H2D: "h2d", CopyKind.D2H: "d2h", CopyKind.D2D: "sdma"}
@@ -44,23 +44,6 @@ _COPY_API = {
     CopyKind.D2H: "MEMCPY_D2H",
     CopyKind.D2D: "MEMCPY_D2D",
 }
-
-
-@dataclass(eq=False, slots=True)
-class Stream:
-    """An in-order queue of device tasks."""
-
-    stream_id: int
-    priority: int = 0
-    #: when the last task submitted to this stream ends
-    tail_ns: int = 0
-    has_tasks: bool = False
-    destroyed: bool = False
-    #: end times of tasks that may still be running (bounded by the stream depth)
-    inflight: deque[int] = field(default_factory=deque)
-
-    def __repr__(self) -> str:
-        return f"Stream(id={self.stream_id})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,31 +82,41 @@ class Event:
         return f"Event(id={self.event_id}, recorded_ns={self.recorded_ns})"
 
 
-class Engine:
-    """Schedules tasks of one simulated device in deterministic virtual time."""
+class _EngineMethods:
+    """Everything the engine does beyond its scheduling core (streams, events, copies,
+    collectives, graphs, records); :class:`Engine` puts it on a core."""
+
+    #: the stream and pool types of the core
+    stream_type: type
+    pool_type: type
 
     def __init__(self, spec: DeviceSpec, bus: RecordBus | None = None) -> None:
         self.spec = spec
         self.bus = bus if bus is not None else RecordBus()
-        #: the host thread's clock (ns since the device's time origin)
-        self.host_ns = 0
-        self._stage2_free_ns = 0
-        #: launch times of calls still waiting in the task queue (bounded by its depth)
-        self._queued_launches: deque[int] = deque()
-        self._next_task_id = 0
         self._next_stream_id = 0
         self._next_event_id = 0
-        self._since_prune = 0
-        self.tasks_submitted = 0
         self.streams: dict[int, Stream] = {}
         self.pools: dict[str, ResourcePool] = self._make_pools(spec)
         self._demands: dict[tuple[TaskType, int], tuple[tuple[ResourcePool, int], ...]] = {}
+        dispatch = spec.dispatch
+        self._core_setup(
+            dispatch.stage1_ns,
+            dispatch.stage2_ns,
+            spec.limits.stream_depth,
+            dispatch.task_queue,
+            dispatch.task_queue_depth,
+            dispatch.sync_ns,
+            self.streams,
+            self.pools,
+            self._demands,
+            DeviceError,
+        )
         self.default_stream = self.create_stream()
 
     # ---- resources ------------------------------------------------------------------------
 
-    @staticmethod
-    def _make_pools(spec: DeviceSpec) -> dict[str, ResourcePool]:
+    @classmethod
+    def _make_pools(cls, spec: DeviceSpec) -> dict[str, ResourcePool]:
         pools = {
             "aicpu": spec.aicpu.cores,
             "h2d": 1,
@@ -136,7 +129,7 @@ class Engine:
         else:
             pools["aic"] = spec.cube.cores
             pools["aiv"] = spec.vector.cores
-        return {name: ResourcePool(name, cap) for name, cap in pools.items()}
+        return {name: cls.pool_type(name, cap) for name, cap in pools.items()}
 
     def _demand(self, task_type: TaskType, block_dim: int) -> tuple[tuple[ResourcePool, int], ...]:
         key = (task_type, block_dim)
@@ -162,19 +155,6 @@ class Engine:
         self._demands[key] = demand
         return demand
 
-    def _earliest(
-        self, ready: int, duration: int, demand: Sequence[tuple[ResourcePool, int]]
-    ) -> int:
-        start = ready
-        while True:
-            moved = False
-            for pool, units in demand:
-                t = pool.earliest(start, units, duration)
-                if t != start:
-                    start, moved = t, True
-            if not moved:
-                return start
-
     # ---- streams and events ---------------------------------------------------------------
 
     def create_stream(self, priority: int = 0) -> Stream:
@@ -182,7 +162,7 @@ class Engine:
         live = sum(not s.destroyed for s in self.streams.values())
         if live >= self.spec.limits.max_streams:
             raise DeviceError(f"cannot create more than {self.spec.limits.max_streams} streams")
-        stream = Stream(self._next_stream_id, priority)
+        stream = self.stream_type(self._next_stream_id, priority)
         self._next_stream_id += 1
         self.streams[stream.stream_id] = stream
         return stream
@@ -201,10 +181,6 @@ class Engine:
         self._next_event_id += 1
         return event
 
-    def _check(self, stream: Stream) -> None:
-        if stream.destroyed or self.streams.get(stream.stream_id) is not stream:
-            raise DeviceError(f"stream {stream.stream_id} does not exist on this device")
-
     # ---- host clock -----------------------------------------------------------------------
 
     def advance_host(self, ns: int, name: str = "") -> None:
@@ -216,80 +192,7 @@ class Engine:
         if name and self.bus.active and ns:
             self.bus.emit(HostRecord(HostKind.PYTHON, name, start, self.host_ns))
 
-    def _block_until(self, t: int, name: str, stream_id: int = -1) -> None:
-        """Block the host until device time ``t``, then pay the cost of returning."""
-        start = self.host_ns
-        self.host_ns = max(start, t) + self.spec.dispatch.sync_ns
-        if self.bus.active:
-            self.bus.emit(HostRecord(HostKind.SYNC, name, start, self.host_ns, stream_id))
-
-    def _launch(self, stream: Stream, stage1: int, stage2: int, name: str) -> tuple[int, int]:
-        """Pay the host cost of submitting to ``stream``; return (host start, launch time)."""
-        self._check(stream)
-        inflight = stream.inflight
-        while inflight and inflight[0] <= self.host_ns:
-            inflight.popleft()
-        if len(inflight) >= self.spec.limits.stream_depth:
-            self._block_until(inflight[0], "stream queue full", stream.stream_id)
-            while inflight and inflight[0] <= self.host_ns:
-                inflight.popleft()
-        dispatch = self.spec.dispatch
-        if dispatch.task_queue:
-            queue = self._queued_launches
-            while queue and queue[0] <= self.host_ns:
-                queue.popleft()
-            if len(queue) >= dispatch.task_queue_depth:
-                self._block_until(queue[0], "task queue full", stream.stream_id)
-                while queue and queue[0] <= self.host_ns:
-                    queue.popleft()
-            host_start = self.host_ns
-            self.host_ns = host_start + stage1
-            launch = max(self.host_ns, self._stage2_free_ns) + stage2
-            self._stage2_free_ns = launch
-            queue.append(launch)
-        else:
-            host_start = self.host_ns
-            self.host_ns = host_start + stage1 + stage2
-            launch = self._stage2_free_ns = self.host_ns
-        return host_start, launch
-
     # ---- task submission ------------------------------------------------------------------
-
-    def _place(
-        self,
-        stream: Stream,
-        launch: int,
-        duration: int,
-        demand: Sequence[tuple[ResourcePool, int]],
-        not_before: int,
-    ) -> tuple[int, int, int]:
-        """Find the start of a task and book its resources; return (start, end, wait)."""
-        ready = max(launch, stream.tail_ns, not_before)
-        start = self._earliest(ready, duration, demand) if demand else ready
-        end = start + duration
-        for pool, units in demand:
-            pool.reserve(start, end, units)
-        wait = start - stream.tail_ns if stream.has_tasks else 0
-        stream.tail_ns = end
-        stream.has_tasks = True
-        stream.inflight.append(end)
-        self._since_prune += 1
-        if self._since_prune >= _PRUNE_EVERY:
-            self._prune()
-        return start, end, wait
-
-    def _prune(self) -> None:
-        self._since_prune = 0
-        # every future task launches at or after both the host clock and the queue frontier
-        horizon = max(self.host_ns, self._stage2_free_ns)
-        for pool in self.pools.values():
-            pool.prune(horizon)
-
-    def _new_task_id(self) -> int:
-        task_id = self._next_task_id
-        self._next_task_id += 1
-        self.tasks_submitted += 1
-        return task_id
 
     def _emit_launch(self, name: str, host_start: int, stream: Stream, task: TaskRecord) -> None:
         self.bus.emit(
@@ -339,29 +242,6 @@ class Engine:
             self._emit_launch(name, host_start, stream, task)
         return task
 
-    def launch_kernel(
-        self,
-        stream: Stream,
-        cost: KernelCost,
-        name: str,
-        op_type: str,
-        tensors: tuple[tuple, tuple, tuple, tuple, tuple, tuple] = _NO_TENSORS,
-        attrs: dict[str, object] | None = None,
-    ) -> None:
-        """:meth:`submit_kernel` for a caller that does not need the task back (the adapter's
-        per-op launch): the same timeline and task ids, and no record built while nobody
-        subscribes. ``tensors``: input shapes, dtypes and formats, then output shapes, dtypes
-        and formats, as the task record's fields."""
-        dispatch = self.spec.dispatch
-        host_start, launch = self._launch(stream, dispatch.stage1_ns, dispatch.stage2_ns, name)
-        if not self.bus.active:
-            demand = self._demand(cost.task_type, cost.block_dim)
-            self._place(stream, launch, cost.duration_ns, demand, 0)
-            self._new_task_id()
-            return
-        task = self._place_kernel(stream, cost, launch, 0, name, op_type, tensors, attrs)
-        self._emit_launch(name, host_start, stream, task)
-
     def _place_kernel(
         self,
         stream: Stream,
@@ -377,8 +257,25 @@ class Engine:
         input shapes, dtypes, formats, then output shapes, dtypes, formats)."""
         demand = self._demand(cost.task_type, cost.block_dim)
         start, end, wait = self._place(stream, launch, cost.duration_ns, demand, not_before)
+        numbers = (launch, start, end, wait, self._new_task_id())
+        return self._kernel_record(stream, cost, name, op_type, tensors, attrs, *numbers)
+
+    @staticmethod
+    def _kernel_record(
+        stream: Stream,
+        cost: KernelCost,
+        name: str,
+        op_type: str,
+        tensors: tuple[tuple, tuple, tuple, tuple, tuple, tuple],
+        attrs: dict[str, object] | None,
+        launch: int,
+        start: int,
+        end: int,
+        wait: int,
+        task_id: int,
+    ) -> TaskRecord:
         return TaskRecord(
-            self._new_task_id(),
+            task_id,
             stream.stream_id,
             TaskKind.KERNEL,
             cost.task_type,
@@ -397,6 +294,29 @@ class Engine:
             round(cost.vector_ns),
             round(cost.memory_ns),
         )
+
+    def _emit_kernel(
+        self,
+        stream: Stream,
+        cost: KernelCost,
+        name: str,
+        op_type: str,
+        tensors: tuple[tuple, tuple, tuple, tuple, tuple, tuple] | None,
+        attrs: dict[str, object] | None,
+        numbers: tuple[int, int, int, int, int, int],
+    ) -> None:
+        """The records of a kernel the core's ``launch_kernel`` placed while the bus has
+        subscribers (``numbers``: host start, launch, start, end, wait, task id)."""
+        host_start = numbers[0]
+        task = self._kernel_record(
+            stream, cost, name, op_type, tensors or _NO_TENSORS, attrs, *numbers[1:]
+        )
+        self._emit_launch(name, host_start, stream, task)
+
+    def _on_block(self, name: str, start: int, stream_id: int) -> None:
+        """The host blocked from ``start`` to now (the core moved the clock): a SYNC record."""
+        if self.bus.active:
+            self.bus.emit(HostRecord(HostKind.SYNC, name, start, self.host_ns, stream_id))
 
     def submit_graph(
         self, streams: Sequence[Stream], tasks: Sequence[GraphTask], *, name: str = "ModelExecute"
@@ -514,7 +434,7 @@ class Engine:
         first use; a later call returns the existing pool."""
         pool = self.pools.get(name)
         if pool is None:
-            pool = self.pools[name] = ResourcePool(name, capacity)
+            pool = self.pools[name] = self.pool_type(name, capacity)
         return pool
 
     def submit_unit_task(
@@ -719,3 +639,25 @@ class Engine:
                 )
         assert start.recorded_ns is not None and end.recorded_ns is not None
         return (end.recorded_ns - start.recorded_ns) / 1e6
+
+
+def _compiled_core() -> type | None:
+    """The compiled core (``device/native``) as a base class, or None where it is not built."""
+    module = native.load()
+    if module is None:
+        return None
+    attrs = {"stream_type": module.Stream, "pool_type": module.Pool, "__slots__": ()}
+    return type("CompiledCore", (module.EngineCore,), attrs)
+
+
+class PythonEngine(_EngineMethods, PythonCore):
+    """The engine on the pure-Python core (the reference the compiled core is tested against)."""
+
+
+class Engine(_EngineMethods, _compiled_core() or PythonCore):  # type: ignore[misc]
+    """Schedules tasks of one simulated device in deterministic virtual time (on the compiled
+    core when it is built, else on the Python one: identical timelines)."""
+
+
+#: the stream type of :class:`Engine`
+Stream = Engine.stream_type

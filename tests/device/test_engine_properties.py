@@ -9,7 +9,7 @@ from device_helpers import kernel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msprof_py.device import CopyKind, SimulatedNpu, TaskKind, TaskLog, TaskType
+from msprof_py.device import CopyKind, DeviceSpec, SimulatedNpu, TaskKind, TaskLog, TaskType
 from msprof_py.device.collectives import collective_cost
 
 STREAMS, EVENTS = 4, 3
@@ -44,12 +44,20 @@ programs = st.lists(operation, min_size=1, max_size=60)
 
 
 def run(
-    program: list[tuple], *, launch: bool = False, subscribe: bool = True
+    program: list[tuple],
+    *,
+    launch: bool = False,
+    subscribe: bool = True,
+    spec: DeviceSpec | None = None,
+    engine_type: type | None = None,
 ) -> tuple[SimulatedNpu, TaskLog, dict[int, int]]:
     """Run ``program``; return the device, its log, and for each wait task the event time.
     ``launch``: kernels go through ``launch_kernel`` (the adapter's), not ``submit_kernel``;
-    ``subscribe``: the log listens (else nobody does, and it stays empty)."""
-    npu = SimulatedNpu()
+    ``subscribe``: the log listens (else nobody does, and it stays empty); ``engine_type``:
+    the engine class (an engine on another scheduling core)."""
+    npu = SimulatedNpu(spec)
+    if engine_type is not None:
+        npu.engine = engine_type(npu.spec, npu.bus)
     log = TaskLog()
     if subscribe:
         npu.subscribe(log)
@@ -169,7 +177,7 @@ def test_the_host_is_one_thread_and_the_timeline_is_deterministic(program: list[
         assert after.start_ns >= before.end_ns
 
 
-def _clocks(npu: SimulatedNpu) -> tuple:
+def clocks(npu: SimulatedNpu) -> tuple:
     engine = npu.engine
     streams = sorted(engine.streams.items())
     return (
@@ -189,7 +197,7 @@ def test_launch_kernel_places_tasks_as_submit_kernel_does(program: list[tuple]) 
     launched, launched_log, _ = run(program, launch=True)
     assert launched_log.tasks == submitted_log.tasks
     assert launched_log.host == submitted_log.host
-    assert _clocks(launched) == _clocks(submitted)
+    assert clocks(launched) == clocks(submitted)
     quiet_submitted = run(program, subscribe=False)[0]
     quiet_launched = run(program, launch=True, subscribe=False)[0]
-    assert _clocks(quiet_launched) == _clocks(quiet_submitted) == _clocks(submitted)
+    assert clocks(quiet_launched) == clocks(quiet_submitted) == clocks(submitted)

@@ -13,15 +13,15 @@ path runs and why.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import os
 import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from msprof_py.device.native import build_dir, import_build
 
 SOURCE = Path(__file__).with_name("hot_path.cpp")
 MODULE_NAME = "msprof_hot_path"
@@ -32,12 +32,6 @@ _RECORD = "build.json"
 _loaded: ModuleType | None = None
 _reason = "not loaded yet"
 _tried = False
-
-
-def build_dir() -> Path:
-    """The folder holding the build (``$MSPROF_NATIVE_DIR`` or ``<sys.prefix>/msprof-native``)."""
-    configured = os.environ.get("MSPROF_NATIVE_DIR")
-    return Path(configured) if configured else Path(sys.prefix) / "msprof-native"
 
 
 def source_digest() -> str:
@@ -80,27 +74,9 @@ def _module_file(folder: Path) -> Path | None:
 
 
 def _import(folder: Path) -> tuple[ModuleType | None, str]:
-    if os.environ.get("MSPROF_NATIVE", "1") == "0":
-        return None, "turned off (MSPROF_NATIVE=0)"
-    path = _module_file(folder)
-    if path is None:
-        return None, f"not built (no {MODULE_NAME} in {folder}; run make)"
-    try:
-        recorded = json.loads((folder / _RECORD).read_text(encoding="utf-8"))["digest"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, f"build in {folder} has no valid {_RECORD}"
-    if recorded != source_digest():
-        return None, f"build in {folder} is stale (made from another source or torch)"
-    try:
-        spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a broken build must never stop the adapter: Python runs
-        return None, f"build in {folder} does not load: {' '.join(str(exc).split())}"
-    if module.abi_version() != ABI_VERSION:
-        return None, f"build in {folder} keeps contract {module.abi_version()}, not {ABI_VERSION}"
-    return module, f"compiled ({path})"
+    return import_build(
+        MODULE_NAME, _module_file(folder), folder / _RECORD, source_digest(), ABI_VERSION
+    )
 
 
 def load() -> ModuleType | None:

@@ -1,0 +1,172 @@
+"""The compiled cores of the engine (``engine_core.c``) and of the caching allocator
+(``allocator_core.c``), one module, when it is built.
+
+Plain C against the CPython API: no torch, like the rest of ``device/``. ``make`` builds it once
+per environment (``python -m msprof_py.device.native build``, a few seconds with the system C
+compiler); :class:`~msprof_py.device.engine.Engine` then subclasses its ``EngineCore`` instead
+of the Python one (:mod:`msprof_py.device.schedule`), and
+:class:`~msprof_py.device.caching.CachingAllocator` its ``AllocatorCore`` instead of
+:mod:`msprof_py.device.caching_core`, with identical timelines and memory records.
+
+Where the build lives: ``$MSPROF_NATIVE_DIR``, else ``<sys.prefix>/msprof-native`` (beside the
+adapter's compiled path). A build is used only if it was made from this very source and Python
+ABI (``device-core.json`` records their digest) and keeps the contract version this side
+expects; ``MSPROF_NATIVE=0`` turns it off, as it does the adapter's. :func:`status` says which
+core runs and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+SOURCES = (Path(__file__).with_name("engine_core.c"), Path(__file__).with_name("allocator_core.c"))
+MODULE_NAME = "msprof_device_core"
+#: the contract version this Python side expects (``ABI_VERSION`` in the source)
+ABI_VERSION = 1
+_RECORD = "device-core.json"
+
+_loaded: ModuleType | None = None
+_reason = "not loaded yet"
+_tried = False
+
+
+def build_dir() -> Path:
+    """The folder holding the build (``$MSPROF_NATIVE_DIR`` or ``<sys.prefix>/msprof-native``)."""
+    configured = os.environ.get("MSPROF_NATIVE_DIR")
+    return Path(configured) if configured else Path(sys.prefix) / "msprof-native"
+
+
+def source_digest() -> str:
+    """What a build must match: the source and the Python ABI."""
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        digest.update(source.read_bytes())
+    digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
+    digest.update(sys.version.encode())
+    return digest.hexdigest()
+
+
+def _module_path(folder: Path) -> Path:
+    return folder / (MODULE_NAME + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+
+
+def compile_command(output: Path) -> list[str]:
+    """The compiler call that builds the module (``$CC`` or Python's configured compiler)."""
+    compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    include = sysconfig.get_paths()["include"]
+    return [
+        *shlex.split(compiler),
+        "-O2",
+        "-shared",
+        "-fPIC",
+        "-Wall",
+        f"-I{include}",
+        *(str(source) for source in SOURCES),
+        "-o",
+        str(output),
+    ]
+
+
+def build(folder: Path | None = None) -> Path:
+    """Compile the sources into ``folder`` (default :func:`build_dir`); the module's path.
+
+    Raises :class:`RuntimeError` with the compiler's first error line when it fails."""
+    folder = build_dir() if folder is None else folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / _RECORD).unlink(missing_ok=True)
+    output = _module_path(folder)
+    partial = output.with_name(output.name + ".partial")
+    try:
+        done = subprocess.run(compile_command(partial), capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise RuntimeError(f"no C compiler ({exc})") from None
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        raise RuntimeError(errors[0] if errors else done.stderr.strip() or "compiler failed")
+    partial.replace(output)
+    (folder / _RECORD).write_text(json.dumps({"digest": source_digest()}), encoding="utf-8")
+    return output
+
+
+def import_build(
+    name: str, path: Path | None, record: Path, digest: str, abi_version: int
+) -> tuple[ModuleType | None, str]:
+    """Import the compiled module ``name`` at ``path`` if its build ``record`` (JSON with a
+    ``digest``) matches ``digest`` and it keeps contract ``abi_version``: (module, why) or
+    (None, why not). Shared by this package's and the adapter's compiled parts."""
+    folder = record.parent
+    if os.environ.get("MSPROF_NATIVE", "1") == "0":
+        return None, "turned off (MSPROF_NATIVE=0)"
+    if path is None or not path.is_file():
+        return None, f"not built (no {name} in {folder}; run make)"
+    try:
+        recorded = json.loads(record.read_text(encoding="utf-8"))["digest"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, f"build in {folder} has no valid {record.name}"
+    if recorded != digest:
+        return None, f"build in {folder} is stale (made from other sources)"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken build must never stop the profiler: Python runs
+        return None, f"build in {folder} does not load: {' '.join(str(exc).split())}"
+    if module.abi_version() != abi_version:
+        return None, f"build in {folder} keeps contract {module.abi_version()}, not {abi_version}"
+    return module, f"compiled ({path})"
+
+
+def _import(folder: Path) -> tuple[ModuleType | None, str]:
+    return import_build(
+        MODULE_NAME, _module_path(folder), folder / _RECORD, source_digest(), ABI_VERSION
+    )
+
+
+def load() -> ModuleType | None:
+    """The compiled module, or None when the Python core runs (:func:`status` says why).
+
+    Looked up once per process."""
+    global _loaded, _reason, _tried
+    if not _tried:
+        _tried = True
+        _loaded, _reason = _import(build_dir())
+    return _loaded
+
+
+def status() -> str:
+    """Which scheduling core runs, and why (for ``msprof doctor`` and the benchmarks)."""
+    load()
+    return _reason if _loaded is not None else f"Python ({_reason})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m msprof_py.device.native build|status``."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["build"]:
+        try:
+            path = build()
+        except RuntimeError as exc:
+            why = " ".join(str(exc).split())[:300]
+            print(
+                f"msprof: warning: the compiled engine core did not build ({why}); "
+                "the Python core will run",
+                file=sys.stderr,
+            )
+            return 0 if "--check" not in args else 1
+        print(f"msprof: built the compiled engine core: {path}")
+        return 0
+    if args[:1] == ["status"]:
+        print(status())
+        return 0
+    print("usage: python -m msprof_py.device.native build [--check] | status", file=sys.stderr)
+    return 2
