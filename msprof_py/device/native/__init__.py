@@ -144,7 +144,7 @@ def load() -> ModuleType | None:
 
 
 def status() -> str:
-    """Which scheduling core runs, and why (for ``msprof doctor`` and the benchmarks)."""
+    """Which device cores run (compiled or Python), and why (for the benchmarks)."""
     load()
     return _reason if _loaded is not None else f"Python ({_reason})"
 
@@ -158,12 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             why = " ".join(str(exc).split())[:300]
             print(
-                f"msprof: warning: the compiled engine core did not build ({why}); "
-                "the Python core will run",
+                f"msprof: warning: the compiled device cores did not build ({why}); "
+                "the Python cores will run",
                 file=sys.stderr,
             )
             return 0 if "--check" not in args else 1
-        print(f"msprof: built the compiled engine core: {path}")
+        print(f"msprof: built the compiled device cores (engine, allocator): {path}")
         return 0
     if args[:1] == ["status"]:
         print(status())
