@@ -9,8 +9,8 @@ programs on both and compares every answer, record and statistic.
 A core calls back into its allocator for three things: ``_segment_address(segment_size, size,
 stream_id, tag)`` for a new segment from the driver (it retries after emptying the cache and
 raises the out-of-memory error), ``_release_segment(address)`` to give a segment back, and
-``_emit_event(action, address, size, stream_id, tag)`` for the memory records (it checks
-whether the bus has subscribers).
+``_emit(bus, action, address, size, stream_id, tag)`` for a memory record while the bus has
+subscribers (``_emit_event`` checks that first).
 """
 
 from __future__ import annotations
@@ -126,6 +126,11 @@ class PythonAllocatorCore:
     ) -> None:
         raise NotImplementedError  # the allocator's
 
+    def _emit(
+        self, bus: Any, action: MemoryAction, address: int, size: int, stream: int, tag: str
+    ) -> None:
+        raise NotImplementedError  # the allocator's
+
     def malloc(self, size: int, *, stream_id: int = 0, tag: str = "") -> Block:
         """Allocate ``size`` bytes for use on ``stream_id``; ``tag`` names the holder.
 
@@ -178,7 +183,7 @@ class PythonAllocatorCore:
             self._peak_requested = self._requested
         bus = self._bus
         if bus is not None and bus.active:
-            self._emit_event(MemoryAction.MALLOC, block.address, block.size, stream_id, tag)
+            self._emit(bus, MemoryAction.MALLOC, block.address, block.size, stream_id, tag)
         return block
 
     def free(self, address: int) -> None:
@@ -224,7 +229,7 @@ class PythonAllocatorCore:
         self._cache(block)
         bus = self._bus
         if bus is not None and bus.active:
-            self._emit_event(MemoryAction.FREE, address, size, stream_id, tag)
+            self._emit(bus, MemoryAction.FREE, address, size, stream_id, tag)
 
     def hold(self, size: int, stream_id: int = 0, tag: str = "") -> Handle | None:
         """:meth:`malloc`, returned as a handle that frees the block when it dies (None for

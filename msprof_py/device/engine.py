@@ -307,11 +307,17 @@ class _EngineMethods:
     ) -> None:
         """The records of a kernel the core's ``launch_kernel`` placed while the bus has
         subscribers (``numbers``: host start, launch, start, end, wait, task id)."""
-        host_start = numbers[0]
-        task = self._kernel_record(
-            stream, cost, name, op_type, tensors or _NO_TENSORS, attrs, *numbers[1:]
+        host_start, launch, start, end, wait, task_id = numbers
+        bus = self.bus
+        bus.emit(
+            HostRecord(HostKind.LAUNCH, name, host_start, self.host_ns, stream.stream_id, task_id)
         )
-        self._emit_launch(name, host_start, stream, task)
+        tensors = tensors or _NO_TENSORS
+        bus.emit(
+            self._kernel_record(
+                stream, cost, name, op_type, tensors, attrs, launch, start, end, wait, task_id
+            )
+        )
 
     def _on_block(self, name: str, start: int, stream_id: int) -> None:
         """The host blocked from ``start`` to now (the core moved the clock): a SYNC record."""

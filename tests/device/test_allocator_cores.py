@@ -69,3 +69,26 @@ def test_a_handle_of_a_block_freed_already_dies_quietly(allocator_type: type) ->
         ca.free(0x1234)
     with pytest.raises(DeviceError, match="size must be >= 0"):
         ca.malloc(-1)
+
+
+@needs_compiled
+def test_an_interrupt_raised_while_a_handle_dies_reaches_the_next_call() -> None:
+    """Ctrl-C's handler can run in the record callback of a block freed by a dying handle:
+    the compiled core keeps the KeyboardInterrupt for the next call instead of losing it, as
+    a ``__del__`` would (the script would train on after Ctrl-C)."""
+    bus = RecordBus()
+    interrupted: list[Any] = []
+
+    def on_record(record: Any) -> None:
+        if record.action is MemoryAction.FREE and not interrupted:
+            interrupted.append(record)
+            raise KeyboardInterrupt
+
+    bus.subscribe(on_record)
+    ca = CachingAllocator(HbmAllocator(CAPACITY, ALLOC), ALLOC, bus=bus)
+    handle = ca.hold(1000)
+    del handle
+    assert interrupted and ca.allocated_bytes == 0  # the block was freed all the same
+    with pytest.raises(KeyboardInterrupt):
+        ca.hold(1000)
+    assert ca.hold(1000) is not None  # raised once

@@ -7,7 +7,7 @@
  * enough, merge with free neighbours on free, segments from the driver in creation order. What
  * needs Python stays there and is called back: a new segment's address from the driver
  * (_segment_address: retry after emptying the cache, the out-of-memory error), giving a segment
- * back (_release_segment), and the memory records while the bus has subscribers (_emit_event).
+ * back (_release_segment), and the memory records while the bus has subscribers (_emit).
  *
  * hold(size, stream_id, tag) returns a Handle: the device memory of one npu storage, freed in C
  * when the handle dies (no Python frame per freed storage).
@@ -58,6 +58,9 @@ typedef struct {
     PyObject *actions; /* (MALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE) */
     PyObject *error;   /* DeviceError */
     PyObject *empty;   /* "" */
+    /* a KeyboardInterrupt or SystemExit raised while a dying handle freed its block (in a
+       record callback): raised again by the next call into the allocator */
+    PyObject *deferred;
     /* state */
     FreePool *pools;
     Py_ssize_t n_pools;
@@ -255,35 +258,29 @@ static inline void set_tag(Block *b, PyObject *tag) {
     Py_SETREF(b->tag, tag);
 }
 
-static int bus_is_active(AllocatorObject *self) {
-    PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus_attr);
-    if (bus == NULL) return -1;
-    if (bus == Py_None) {
-        Py_DECREF(bus);
-        return 0;
-    }
-    PyObject *active = PyObject_GetAttr(bus, s_active_attr);
-    Py_DECREF(bus);
-    if (active == NULL) return -1;
-    const int truth = PyObject_IsTrue(active);
-    Py_DECREF(active);
-    return truth;
-}
-
-/* _emit_event(action, address, size, stream_id, tag) when the bus has subscribers */
+/* the record of an event while the bus has subscribers: _emit(bus, action, address, size,
+   stream_id, tag) */
 static int emit(AllocatorObject *self, int action, long long address, long long size,
                 long long stream_id, PyObject *tag) {
-    const int active = bus_is_active(self);
-    if (active <= 0) return active;
-    PyObject *res = PyObject_CallMethod((PyObject *)self, "_emit_event", "OLLLO",
-                                       PyTuple_GET_ITEM(self->actions, action), address, size,
-                                       stream_id, tag);
-    if (res == NULL) return -1;
-    Py_DECREF(res);
-    return 0;
+    PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus_attr);
+    if (bus == NULL) return -1;
+    int active = 0;
+    if (bus != Py_None) {
+        PyObject *flag = PyObject_GetAttr(bus, s_active_attr);
+        active = flag == NULL ? -1 : PyObject_IsTrue(flag);
+        Py_XDECREF(flag);
+    }
+    if (active > 0) {
+        PyObject *res = PyObject_CallMethod((PyObject *)self, "_emit", "OOLLLO", bus,
+                                           PyTuple_GET_ITEM(self->actions, action), address,
+                                           size, stream_id, tag);
+        active = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(bus);
+    return active < 0 ? -1 : 0;
 }
 
-/* Python's -(-n // unit) * unit for n > 0 (C division truncates toward zero) */
 static inline long long round_up(long long n, long long unit) { return (n + unit - 1) / unit * unit; }
 
 /* a segment from the driver, in the free pool as one free block; NULL with an error set */
@@ -507,14 +504,42 @@ static PyTypeObject HandleType;
 
 static void Handle_dealloc(HandleObject *self) {
     if (self->allocator != NULL) {
-        /* like a __del__: an error freeing is dropped, an exception in flight is kept */
+        /* like a __del__: an error freeing is dropped and an exception in flight is kept;
+           but a KeyboardInterrupt or SystemExit (a signal handler ran in a record callback)
+           is kept for the next call into the allocator, not lost as in a __del__ */
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
-        if (release(self->allocator, self->address) < 0) PyErr_Clear();
+        if (release(self->allocator, self->address) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_Exception)) {
+                PyErr_Clear();
+            } else {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                PyErr_NormalizeException(&t, &v, &tb);
+                if (tb != NULL && v != NULL) PyException_SetTraceback(v, tb);
+                if (v != NULL && self->allocator->deferred == NULL) {
+                    Py_INCREF(v);
+                    self->allocator->deferred = v;
+                }
+                Py_XDECREF(t);
+                Py_XDECREF(v);
+                Py_XDECREF(tb);
+            }
+        }
         PyErr_Restore(type, value, traceback);
         Py_CLEAR(self->allocator);
     }
     PyObject_Free(self);
+}
+
+/* raise what a dying handle deferred: -1 with it set, else 0 */
+static int raise_deferred(AllocatorObject *self) {
+    PyObject *deferred = self->deferred;
+    if (deferred == NULL) return 0;
+    self->deferred = NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(deferred), deferred);
+    Py_DECREF(deferred);
+    return -1;
 }
 
 static PyMemberDef Handle_members[] = {
@@ -558,12 +583,14 @@ static void allocator_reset(AllocatorObject *self) {
 }
 
 static int Allocator_traverse(AllocatorObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->deferred);
     Py_VISIT(self->actions);
     Py_VISIT(self->error);
     return 0;
 }
 
 static int Allocator_clear(AllocatorObject *self) {
+    Py_CLEAR(self->deferred);
     Py_CLEAR(self->actions);
     Py_CLEAR(self->error);
     return 0;
@@ -648,6 +675,7 @@ static int parse_request(AllocatorObject *self, PyObject *const *args, Py_ssize_
     if (stream_obj != NULL && (*stream_id = PyLong_AsLongLong(stream_obj)) == -1 &&
         PyErr_Occurred())
         return -1;
+    if (raise_deferred(self) < 0) return -1;
     return allocator_ready(self);
 }
 
@@ -695,7 +723,8 @@ static PyObject *Allocator_hold(AllocatorObject *self, PyObject *const *args, Py
 static PyObject *Allocator_free(AllocatorObject *self, PyObject *arg) {
     const long long address = PyLong_AsLongLong(arg);
     if (address == -1 && PyErr_Occurred()) return NULL;
-    if (allocator_ready(self) < 0 || release(self, address) < 0) return NULL;
+    if (raise_deferred(self) < 0 || allocator_ready(self) < 0 || release(self, address) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
