@@ -33,10 +33,11 @@ from msprof_py.device import (
     TaskRecord,
     TaskType,
 )
+from msprof_py.device import native as device_native
 from msprof_py.device.records import Record
 from msprof_py.profile.meta import THREAD_NAME_LIMIT
 from msprof_py.profile.schema import NO_ID
-from msprof_py.profile.writer import RawWriter
+from msprof_py.profile.writer import CLOCK_EVERY, RawWriter
 
 _size = torch._C.TensorBase.size
 _current_node = torch._C._current_autograd_node
@@ -144,6 +145,79 @@ def _shared_attr_fields(attrs: dict[str, object]) -> tuple:
     return fields
 
 
+#: the task record fields of a kernel without tensors
+_NO_TENSORS = ((), (), (), (), (), ())
+
+
+def _tensor_texts(tensors: tuple | None) -> tuple[str, str, str, str, str, str]:
+    """The shape, dtype and format columns of a kernel's task row, from the ``tensors`` fields
+    the engine's ``launch_kernel`` got (input shapes, dtypes, formats, then the outputs')."""
+    in_shapes, in_dtypes, in_formats, out_shapes, out_dtypes, out_formats = tensors or _NO_TENSORS
+    return (
+        _shapes(in_shapes),
+        _joined(in_dtypes),
+        _joined(in_formats),
+        _shapes(out_shapes),
+        _joined(out_dtypes),
+        _joined(out_formats),
+    )
+
+
+def _attr_columns(attrs: dict[str, object] | None) -> tuple:
+    """The attribute columns of a task row (:data:`_NO_ATTRS` without attributes)."""
+    return _shared_attr_fields(attrs) if attrs else _NO_ATTRS
+
+
+class _RowState:
+    """What the rows being written read now: the step, the host op open now (its event id
+    is the ``parent`` of what it launches), the next event id, and whether task and launch
+    and memory rows are recorded now. The compiled ``RowSink`` has the same fields (the cores
+    write their rows from them); this is its stand-in where it is not built or not used."""
+
+    __slots__ = (
+        "api_on",
+        "memory_on",
+        "next_event",
+        "parent",
+        "step",
+        "tasks_on",
+        "tasks_recorded",
+    )
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.parent = NO_ID
+        self.next_event = 0
+        self.tasks_recorded = 0
+        self.tasks_on = False
+        self.api_on = False
+        self.memory_on = False
+
+
+def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
+    """A compiled ``RowSink`` the cores write rows into straight (the task and launch rows of
+    kernel launches, the allocator's memory rows), or None where the compiled buffers are not
+    in use."""
+    core = device_native.load()
+    rows = getattr(writer, "direct_rows", None)
+    if core is None or rows is None:
+        return None
+    buffers = rows("tasks"), rows("host_events"), rows("memory")
+    if not all(isinstance(b, core.RowBuffer) for b in buffers):
+        return None
+    return core.RowSink(
+        *buffers,
+        _TASK_TYPE_TEXT,
+        _ACTION_TEXT,
+        thread,
+        _tensor_texts,
+        _attr_columns,
+        writer.after_direct_rows,
+        writer.chunk_rows,
+        CLOCK_EVERY,
+    )
+
+
 def thread_name() -> str:
     """The calling thread's name: its ``threading`` name (MainThread, ``Thread-2
     (_pin_memory_loop)`` ...), or for a thread Python did not start (the autograd engine's
@@ -198,11 +272,13 @@ class Recorder:
         self.record_tasks = record_tasks
         self.record_memory = record_memory
         self.record_api = record_api
-        self.step = 0
+        #: the compiled sink the engine core writes launch rows into while this recorder is
+        #: the bus's only subscriber (:class:`~msprof_py.device.records.RecordBus`), or None
+        self.direct_sink = _row_sink(writer, self._thread)
+        self._live: Any = self.direct_sink if self.direct_sink is not None else _RowState()
         self._step_start = 0
         self._explicit_steps = False
         self._last_source = ""
-        self._next_event = 0
         #: [event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack]
         self._open_op: list = []
         #: the modules running now (the session's module hooks keep it)
@@ -215,7 +291,6 @@ class Recorder:
         #: byte-identical from run to run, and a wall-clock figure never is)
         self.measure_waits = not logical_threads
         self.finished = not self.recording and iteration == 0
-        self.tasks_recorded = 0
         #: graph plans recorded (``graphs.plan_id``) and the graphs planned so far
         self._next_plan = 0
         self._planned: set[str] = set()
@@ -230,6 +305,34 @@ class Recorder:
             MemoryRecord: self._memory,
             GraphRecord: self._graph,
         }
+
+    # ---- the state rows read (kept in the row sink's fields) ----------------------------
+
+    @property
+    def step(self) -> int:
+        """The step being recorded (0, 1 ... counting warm-up steps)."""
+        return self._live.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._live.step = value
+
+    @property
+    def recording(self) -> bool:
+        """The current step is inside the iteration window: rows are written."""
+        return self._recording
+
+    @recording.setter
+    def recording(self, value: bool) -> None:
+        self._recording = value
+        self._live.tasks_on = value and self.record_tasks
+        self._live.api_on = value and self.record_api
+        self._live.memory_on = value and self.record_memory
+
+    @property
+    def tasks_recorded(self) -> int:
+        """Task rows written so far."""
+        return self._live.tasks_recorded
 
     # ---- the step window ----------------------------------------------------------------
 
@@ -286,13 +389,16 @@ class Recorder:
 
     def op_begin(self, name: str, args: tuple) -> None:
         """An ATen op (or copy, fused op ...) starts on the host."""
+        live = self._live
         if not self.recording:
             self._open_op = []
+            live.parent = NO_ID
             return
         shapes, dtypes = _arg_shapes(args)
         modules = self.modules
-        event_id = self._next_event
-        self._next_event += 1
+        event_id = live.next_event
+        live.next_event = event_id + 1
+        live.parent = event_id
         sequence = _sequence_number()
         stacks = self.stacks
         self._open_op = [
@@ -336,6 +442,7 @@ class Recorder:
         if not op:
             return
         self._open_op = []
+        self._live.parent = NO_ID
         event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack = op
         self.writer.append(
             "host_events",
@@ -364,8 +471,9 @@ class Recorder:
         returns its event id (None when nothing is recorded now)."""
         if not self.recording:
             return None
-        event_id = self._next_event
-        self._next_event += 1
+        live = self._live
+        event_id = live.next_event
+        live.next_event = event_id + 1
         self.writer.append(
             "host_events",
             (
@@ -434,8 +542,9 @@ class Recorder:
         if not self.recording or not self.record_tasks:
             return
         attrs = t.attrs
-        parent = self._open_op[0] if self._open_op else NO_ID
-        self.tasks_recorded += 1
+        live = self._live
+        parent = live.parent
+        live.tasks_recorded += 1
         self.writer.append(
             "tasks",
             (
@@ -463,7 +572,7 @@ class Recorder:
                 t.vector_ns,
                 t.memory_ns,
                 parent,
-                self.step,
+                live.step,
             ),
         )
 
@@ -540,9 +649,10 @@ class Recorder:
             return
         if not self.recording or not self.record_api:
             return
-        event_id = self._next_event
-        self._next_event += 1
-        parent = self._open_op[0] if self._open_op else NO_ID
+        live = self._live
+        event_id = live.next_event
+        live.next_event = event_id + 1
+        parent = live.parent
         thread = self._thread() if kind is not HostKind.PYTHON else 0
         self.writer.append(
             "host_events",

@@ -219,24 +219,37 @@ Subscriber = Callable[[Record], None]
 
 class RecordBus:
     """Delivers records to subscribers. ``active`` is False while nobody listens, so emitters
-    can skip building records altogether."""
+    can skip building records altogether.
 
-    __slots__ = ("_subscribers", "active")
+    A subscriber may offer a ``direct_sink`` (a compiled ``RowSink``, see
+    ``msprof_py/device/native/rows_core.c``): while it is the only subscriber, ``direct`` is
+    that sink, and the compiled engine core writes a kernel launch's rows into it instead of
+    emitting the two records (everything else is still emitted). With any other subscriber
+    beside it, ``direct`` is None and every record goes through :meth:`emit`."""
+
+    __slots__ = ("_subscribers", "active", "direct")
 
     def __init__(self) -> None:
         self._subscribers: list[Subscriber] = []
         self.active = False
+        self.direct: object | None = None
 
     def subscribe(self, callback: Subscriber) -> None:
         """Deliver every future record to ``callback``."""
         self._subscribers.append(callback)
-        self.active = True
+        self._changed()
 
     def unsubscribe(self, callback: Subscriber) -> None:
         """Stop delivering to ``callback`` (no error if it was not subscribed)."""
         if callback in self._subscribers:
             self._subscribers.remove(callback)
-        self.active = bool(self._subscribers)
+        self._changed()
+
+    def _changed(self) -> None:
+        subscribers = self._subscribers
+        self.active = bool(subscribers)
+        only = subscribers[0] if len(subscribers) == 1 else None
+        self.direct = getattr(only, "direct_sink", None)
 
     def emit(self, record: Record) -> None:
         """Send ``record`` to every subscriber, in subscription order."""

@@ -194,7 +194,10 @@ class PythonCore:
         """Launch a costed kernel on ``stream`` without returning its task (the adapter's
         per-op launch): the same timeline and task ids as ``Engine.submit_kernel``, and records
         built only while the bus has subscribers. ``tensors``: input shapes, dtypes and
-        formats, then output shapes, dtypes and formats, as the task record's fields."""
+        formats, then output shapes, dtypes and formats, as the task record's fields. The
+        compiled core writes the rows into the bus's ``direct`` sink instead of emitting
+        records when it has one; it keeps the texts of ``tensors`` and ``attrs`` by identity,
+        so neither may be changed after the call (the adapter passes cached, shared ones)."""
         key = (cost.task_type, cost.block_dim)
         demand = self._core_demands.get(key)
         if demand is None:

@@ -28,10 +28,10 @@ __all__ = ["DEFAULT_CHUNK_ROWS", "RawWriter", "write_json_atomic", "write_meta_f
 #: rows a table buffers before they go to disk (bounds the recorder's memory)
 DEFAULT_CHUNK_ROWS = 65_536
 #: buffered rows also go to disk when this many seconds passed since the last flush (checked
-#: every :data:`_CLOCK_EVERY` appended rows and at step ends): a hard crash (``os._exit``, a
+#: every :data:`CLOCK_EVERY` appended rows and at step ends): a hard crash (``os._exit``, a
 #: segfault) loses at most about this much of the run
 FLUSH_INTERVAL_S = 1.0
-_CLOCK_EVERY = 4096
+CLOCK_EVERY = 4096
 #: ``meta.json`` lists every part, so writing it costs more as a run goes on (5,000 parts:
 #: about 100 ms): once it lists more than this many parts per second of flush interval, the
 #: interval grows with it, which keeps the metadata's share of a long run's time bounded
@@ -46,6 +46,8 @@ def _dictionary_columns(table: pa.Table) -> list[str]:
 
 #: each table's rows as one Arrow struct type (built once per table)
 _STRUCTS: dict[str, pa.StructType] = {}
+#: the compiled row buffers' column kind of each Arrow type
+_KINDS = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d", pa.bool_(): "b", pa.string(): "s"}
 
 
 def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
@@ -56,6 +58,45 @@ def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
     if struct is None:
         struct = _STRUCTS[table.name] = pa.struct(list(table.schema))
     return pa.Table.from_struct_array(pa.array(rows, type=struct))
+
+
+def new_rows(table: Table, compiled: bool = True) -> Any:
+    """An empty row buffer for ``table``: the compiled columnar ``RowBuffer``
+    (``msprof_py/device/native/rows_core.c``) where it is built and the table's column types
+    allow, else a list of row tuples. Both take ``append(row)`` and ``len()``;
+    :func:`take_table` empties either into an Arrow table."""
+    kinds = "".join(_KINDS.get(column.type, "?") for column in table.columns)
+    if compiled and "?" not in kinds:
+        from msprof_py.device import native
+
+        core = native.load()
+        if core is not None:
+            return core.RowBuffer(kinds)
+    return []
+
+
+def _column_array(kind: pa.DataType, count: int, column: tuple) -> pa.Array:
+    """One column of a compiled buffer's ``take()`` as an Arrow array."""
+    data, valid, offsets = column
+    validity = None if valid is None else pa.py_buffer(valid)
+    if offsets is None:
+        return pa.Array.from_buffers(kind, count, [validity, pa.py_buffer(data)])
+    return pa.Array.from_buffers(kind, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def take_table(rows: Any, table: Table) -> pa.Table:
+    """Every row buffered in ``rows`` (from :func:`new_rows`) as an Arrow table, leaving it
+    empty. Rows appended meanwhile by another thread stay for the next call."""
+    if isinstance(rows, list):
+        taken = rows[: len(rows)]
+        del rows[: len(taken)]
+        return _rows_to_table(taken, table)
+    count, columns = rows.take()
+    arrays = [
+        _column_array(column.type, count, taken)
+        for column, taken in zip(table.columns, columns, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
@@ -101,7 +142,7 @@ class RawWriter:
         self.folder = folder
         self.chunk_rows = chunk_rows
         self.meta = dict(meta)
-        self._rows: dict[str, list[tuple]] = {name: [] for name in TABLES}
+        self._rows: dict[str, Any] = {name: new_rows(table) for name, table in TABLES.items()}
         self._parts: dict[str, int] = dict.fromkeys(TABLES, 0)
         self.meta["parts"] = {name: [] for name in TABLES}
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
@@ -119,15 +160,36 @@ class RawWriter:
         if self.failed is not None:
             return
         rows = self._rows[table]
-        rows.append(row)
+        try:
+            rows.append(row)
+        except (TypeError, ValueError, OverflowError) as exc:  # a compiled buffer checks types
+            self._stop_recording(ValueError(f"a {table} row does not fit its columns: {exc}"))
+            return
         self.appended += 1
         if len(rows) >= self.chunk_rows:
             # the full chunk goes to disk now; meta.json lists it at the next timed flush
             # (a crash before then still loads it: a partial profile reads unlisted parts)
             self._guarded(self._flush_table, table)
             self.flush_if_due()
-        elif not self.appended % _CLOCK_EVERY:
+        elif not self.appended % CLOCK_EVERY:
             self.flush_if_due()
+
+    def direct_rows(self, table: str) -> Any:
+        """The buffer of ``table``, for a compiled ``RowSink`` that writes rows into it
+        itself; it calls :meth:`after_direct_rows` as it goes."""
+        return self._rows[table]
+
+    def after_direct_rows(self, table: str) -> bool:
+        """A ``RowSink`` wrote rows into ``table``'s buffer (it calls this when the buffer
+        holds a chunk, and every :data:`CLOCK_EVERY` rows): flush as :meth:`append` would.
+        False once recording has stopped (the sink then writes nothing more)."""
+        if self.failed is not None:
+            return False
+        self.appended += 1
+        if len(self._rows[table]) >= self.chunk_rows:
+            self._guarded(self._flush_table, table)
+        self.flush_if_due()
+        return self.failed is None
 
     def flush_interval(self) -> float:
         """Seconds between timed flushes: :data:`FLUSH_INTERVAL_S`, longer once ``meta.json``
@@ -164,7 +226,7 @@ class RawWriter:
         else:
             reason = " ".join(str(exc).split()) or type(exc).__name__
         self.failed = reason
-        self._rows = {name: [] for name in TABLES}
+        self._rows = {name: new_rows(table) for name, table in TABLES.items()}
         written = sum(self.rows_written.values())
         print(
             f"msprof: warning: recording stopped: {reason}; the application runs on, and the "
@@ -185,26 +247,25 @@ class RawWriter:
         # appended meanwhile stay for the next part), so meta.json counts what the parts hold
         with self._flush_lock:
             rows = self._rows[name]
-            count = len(rows)
-            if not count:
+            if not len(rows):
                 return
             if not self.folder.exists():
                 self.write_meta()
-            table: Table = TABLES[name]
+            taken = take_table(rows, TABLES[name])
+            count = taken.num_rows
             part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
-            listed = _write_part(_rows_to_table(rows[:count], table), part)
+            listed = _write_part(taken, part)
             self.meta["parts"][name].append(listed)
             self._parts[name] += 1
             self.rows_written[name] += count
             self.meta["rows"] = dict(self.rows_written)  # counts always match the listed parts
-            del rows[:count]
             self._unlisted = True
 
     def flush(self) -> None:
         """Write every buffered row and the metadata (nothing at all if no row ever came).
 
         Never raises: a failed write stops recording with one warning (see ``failed``)."""
-        if not self.appended:
+        if not self.appended and not any(len(rows) for rows in self._rows.values()):
             return
         if self.failed is not None:  # the final status, if there is room for it now
             with contextlib.suppress(Exception):

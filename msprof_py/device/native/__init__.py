@@ -1,12 +1,16 @@
 """The compiled cores of the engine (``engine_core.c``) and of the caching allocator
-(``allocator_core.c``), one module, when it is built.
+(``allocator_core.c``), and the recorder's columnar row buffers (``rows_core.c``): one module,
+when it is built.
 
 Plain C against the CPython API: no torch, like the rest of ``device/``. ``make`` builds it once
 per environment (``python -m msprof_py.device.native build``, a few seconds with the system C
 compiler); :class:`~msprof_py.device.engine.Engine` then subclasses its ``EngineCore`` instead
 of the Python one (:mod:`msprof_py.device.schedule`), and
 :class:`~msprof_py.device.caching.CachingAllocator` its ``AllocatorCore`` instead of
-:mod:`msprof_py.device.caching_core`, with identical timelines and memory records.
+:mod:`msprof_py.device.caching_core`, with identical timelines and memory records. The raw
+profile writer buffers rows in its ``RowBuffer`` columns instead of Python tuples, and while
+the recorder is the record bus's only subscriber the cores write kernel launch and allocator
+rows into them directly (``RowSink``), with the same tables as the record path.
 
 Where the build lives: ``$MSPROF_NATIVE_DIR``, else ``<sys.prefix>/msprof-native`` (beside the
 adapter's compiled path). A build is used only if it was made from this very source and Python
@@ -28,10 +32,12 @@ import sysconfig
 from pathlib import Path
 from types import ModuleType
 
-SOURCES = (Path(__file__).with_name("engine_core.c"), Path(__file__).with_name("allocator_core.c"))
+SOURCES = tuple(
+    Path(__file__).with_name(name) for name in ("engine_core.c", "allocator_core.c", "rows_core.c")
+)
 MODULE_NAME = "msprof_device_core"
 #: the contract version this Python side expects (``ABI_VERSION`` in the source)
-ABI_VERSION = 1
+ABI_VERSION = 2
 _RECORD = "device-core.json"
 
 _loaded: ModuleType | None = None
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 0 if "--check" not in args else 1
-        print(f"msprof: built the compiled device cores (engine, allocator): {path}")
+        print(f"msprof: built the compiled device cores (engine, allocator, rows): {path}")
         return 0
     if args[:1] == ["status"]:
         print(status())

@@ -75,7 +75,13 @@ typedef struct {
 } AllocatorObject;
 
 static PyTypeObject AllocatorType;
-static PyObject *s_bus_attr, *s_active_attr;
+static PyObject *s_bus_attr, *s_active_attr, *s_direct_attr, *s_clock_attr;
+
+/* rows_core.c: the recorder's direct row sink */
+int is_row_sink(PyObject *obj);
+int sink_memory(PyObject *sink, long long time_ns, PyObject *action, long long address,
+                long long size, long long allocated, long long reserved, long long stream_id,
+                PyObject *tag);
 
 enum { A_MALLOC, A_FREE, A_SEGMENT_ALLOC, A_SEGMENT_FREE };
 
@@ -259,21 +265,46 @@ static inline void set_tag(Block *b, PyObject *tag) {
 }
 
 /* the record of an event while the bus has subscribers: _emit(bus, action, address, size,
-   stream_id, tag) */
+   stream_id, tag); or, when the one subscriber offers a RowSink (the bus's `direct`), its row
+   written there (rows_core.c), timed by the allocator's clock */
 static int emit(AllocatorObject *self, int action, long long address, long long size,
                 long long stream_id, PyObject *tag) {
     PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus_attr);
     if (bus == NULL) return -1;
-    int active = 0;
-    if (bus != Py_None) {
-        PyObject *flag = PyObject_GetAttr(bus, s_active_attr);
-        active = flag == NULL ? -1 : PyObject_IsTrue(flag);
-        Py_XDECREF(flag);
+    if (bus == Py_None) {
+        Py_DECREF(bus);
+        return 0;
     }
+    PyObject *action_obj = PyTuple_GET_ITEM(self->actions, action);
+    PyObject *direct = PyObject_GetAttr(bus, s_direct_attr);
+    if (direct != NULL && is_row_sink(direct)) {
+        PyObject *clock = PyObject_GetAttr((PyObject *)self, s_clock_attr);
+        PyObject *now = clock != NULL ? PyObject_CallNoArgs(clock) : NULL;
+        long long time_ns = now != NULL ? PyLong_AsLongLong(now) : -1;
+        int rc = -1;
+        if (now != NULL && !(time_ns == -1 && PyErr_Occurred()))
+            rc = sink_memory(direct, time_ns, action_obj, address, size, self->allocated,
+                             self->reserved, stream_id, tag);
+        Py_XDECREF(now);
+        Py_XDECREF(clock);
+        Py_DECREF(direct);
+        Py_DECREF(bus);
+        return rc;
+    }
+    if (direct == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(bus);
+            return -1;
+        }
+        PyErr_Clear(); /* a bus without a direct sink */
+    }
+    Py_XDECREF(direct);
+    PyObject *flag = PyObject_GetAttr(bus, s_active_attr);
+    int active = flag == NULL ? -1 : PyObject_IsTrue(flag);
+    Py_XDECREF(flag);
     if (active > 0) {
-        PyObject *res = PyObject_CallMethod((PyObject *)self, "_emit", "OOLLLO", bus,
-                                           PyTuple_GET_ITEM(self->actions, action), address,
-                                           size, stream_id, tag);
+        PyObject *res = PyObject_CallMethod((PyObject *)self, "_emit", "OOLLLO", bus, action_obj,
+                                           address, size, stream_id, tag);
         active = res == NULL ? -1 : 0;
         Py_XDECREF(res);
     }
@@ -901,7 +932,9 @@ static PyTypeObject AllocatorType = {
 
 int add_allocator_types(PyObject *m) {
     if ((s_bus_attr = PyUnicode_InternFromString("_bus")) == NULL ||
-        (s_active_attr = PyUnicode_InternFromString("active")) == NULL)
+        (s_active_attr = PyUnicode_InternFromString("active")) == NULL ||
+        (s_direct_attr = PyUnicode_InternFromString("direct")) == NULL ||
+        (s_clock_attr = PyUnicode_InternFromString("_clock")) == NULL)
         return -1;
     if (PyType_Ready(&BlockViewType) < 0 || PyType_Ready(&HandleType) < 0 ||
         PyType_Ready(&AllocatorType) < 0)

@@ -20,7 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 #define PRUNE_EVERY 256
 
 /* ---- a growable ring of int64 (the Python core's deque) --------------------------------- */
@@ -386,7 +386,14 @@ typedef struct {
     PyObject *error;   /* DeviceError */
 } CoreObject;
 
-static PyObject *s_bus, *s_active, *s_task_type, *s_block_dim, *s_duration_ns, *s_on_block,
+/* rows_core.c: the recorder's direct row sink */
+int is_row_sink(PyObject *obj);
+int sink_kernel(PyObject *sink, long long host_start, long long host_end, long long stream_id,
+                long long task_id, long long launch, long long start, long long end,
+                long long wait, PyObject *cost, PyObject *name, PyObject *op_type,
+                PyObject *tensors, PyObject *attrs);
+
+static PyObject *s_direct, *s_bus, *s_active, *s_task_type, *s_block_dim, *s_duration_ns, *s_on_block,
     *s_demand, *s_emit_kernel, *s_stream_full, *s_queue_full;
 
 static int Core_traverse(CoreObject *self, visitproc visit, void *arg) {
@@ -682,20 +689,10 @@ static PyObject *Core_new_task_id(CoreObject *self, PyObject *unused) {
     return PyLong_FromLongLong(core_new_task_id(self));
 }
 
-static int bus_active(CoreObject *self) {
-    PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus);
-    if (bus == NULL) return -1;
-    PyObject *active = PyObject_GetAttr(bus, s_active);
-    Py_DECREF(bus);
-    if (active == NULL) return -1;
-    const int truth = PyObject_IsTrue(active);
-    Py_DECREF(active);
-    return truth;
-}
-
 /* launch_kernel(stream, cost, name, op_type, tensors=(), attrs=None): the adapter's per-op
    launch. The host pays stage 1 and 2, the task is placed, and only when the bus has
-   subscribers does Python build the records (_emit_kernel). */
+   subscribers does Python build the records (_emit_kernel) -- unless the one subscriber offers
+   a RowSink (the bus's `direct`): then its rows are written here (rows_core.c). */
 static PyObject *Core_launch_kernel(CoreObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames) {
     PyObject *tensors = NULL, *attrs = Py_None;
@@ -759,7 +756,32 @@ static PyObject *Core_launch_kernel(CoreObject *self, PyObject *const *args, Py_
         return NULL;
     if (core_place(self, s, launch, duration, &d, 0, placed) < 0) return NULL;
     const long long task_id = core_new_task_id(self);
-    const int active = bus_active(self);
+    PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus);
+    if (bus == NULL) return NULL;
+    PyObject *direct = PyObject_GetAttr(bus, s_direct);
+    if (direct != NULL && is_row_sink(direct)) {
+        /* the recorder is the one subscriber: its rows, written here (no record objects) */
+        Py_DECREF(bus);
+        const int written = sink_kernel(direct, host_start, self->host_ns, s->stream_id, task_id,
+                                        launch, placed[0], placed[1], placed[2], cost, args[2],
+                                        args[3], tensors != NULL ? tensors : Py_None, attrs);
+        Py_DECREF(direct);
+        if (written < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (direct == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(bus);
+            return NULL;
+        }
+        PyErr_Clear(); /* a bus without a direct sink */
+    }
+    Py_XDECREF(direct);
+    PyObject *active_obj = PyObject_GetAttr(bus, s_active);
+    Py_DECREF(bus);
+    if (active_obj == NULL) return NULL;
+    const int active = PyObject_IsTrue(active_obj);
+    Py_DECREF(active_obj);
     if (active < 0) return NULL;
     if (!active) Py_RETURN_NONE;
     PyObject *numbers =
@@ -842,6 +864,7 @@ static PyMethodDef module_methods[] = {
 };
 
 int add_allocator_types(PyObject *m); /* allocator_core.c */
+int add_row_types(PyObject *m);       /* rows_core.c */
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "msprof_device_core",
@@ -854,6 +877,7 @@ PyMODINIT_FUNC PyInit_msprof_device_core(void) {
         const char *text;
     } names[] = {
         {&s_bus, "bus"},
+        {&s_direct, "direct"},
         {&s_active, "active"},
         {&s_task_type, "task_type"},
         {&s_block_dim, "block_dim"},
@@ -874,7 +898,7 @@ PyMODINIT_FUNC PyInit_msprof_device_core(void) {
     if (PyModule_AddObjectRef(m, "Pool", (PyObject *)&PoolType) < 0 ||
         PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0 ||
         PyModule_AddObjectRef(m, "EngineCore", (PyObject *)&CoreType) < 0 ||
-        add_allocator_types(m) < 0) {
+        add_allocator_types(m) < 0 || add_row_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

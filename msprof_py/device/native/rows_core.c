@@ -1,0 +1,850 @@
+/* Columnar row buffers for the raw profile writer (issue 20: recording's cost per op).
+ *
+ * A RowBuffer holds the rows of one table as typed columns instead of one Python tuple per
+ * row: int64 ('q'), int32 ('i'), float64 ('d') and bool ('b') values in plain arrays, strings
+ * ('s') as int32 codes into a per-chunk dictionary (a training loop repeats a few op names,
+ * shapes and dtypes). append() copies a row tuple's values in; take() hands every buffered
+ * row over as Arrow-ready buffers (values, validity bitmap, string offsets) and starts the next
+ * chunk empty (strings as UTF-8 data and offsets), so the writer builds its Parquet part from
+ * buffers rather than converting Python objects, and no row stays a Python object the garbage collector walks.
+ *
+ * Both are atomic with respect to re-entry: append() converts every value of the row before
+ * it writes any (a conversion may run Python code, e.g. a finalizer appending a row of its
+ * own), and take() swaps in the fresh buffers before it builds a Python object. None is a
+ * null (a validity bitmap is kept once the first null arrives). Plain C against the CPython
+ * API, like the engine and allocator cores: no torch, no pyarrow.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    char kind;          /* 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string code */
+    unsigned char *data; /* values (bool: one bit each, as Arrow stores them) */
+    unsigned char *valid; /* validity bitmap, NULL while every value is present */
+    PyObject *codes;     /* strings: str -> code (a dict), for this chunk */
+    PyObject *values;    /* strings: the chunk's dictionary (a list, in code order) */
+} Column;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t ncols;
+    Column *cols;
+    Py_ssize_t n;   /* rows buffered */
+    Py_ssize_t cap; /* rows the arrays hold */
+} RowBufferObject;
+
+/* one converted value, before it is written */
+typedef union {
+    long long q;
+    double d;
+} Value;
+
+static size_t width(char kind) {
+    switch (kind) {
+        case 'q': return 8;
+        case 'd': return 8;
+        case 'i': return 4;
+        case 's': return 4;
+        default: return 0; /* 'b': bits */
+    }
+}
+
+static size_t bytes_for(char kind, Py_ssize_t rows) {
+    size_t w = width(kind);
+    return w ? w * (size_t)rows : ((size_t)rows + 7) / 8;
+}
+
+static int fresh_dictionary(Column *c) {
+    PyObject *codes = PyDict_New();
+    PyObject *values = codes == NULL ? NULL : PyList_New(0);
+    if (values == NULL) {
+        Py_XDECREF(codes);
+        return -1;
+    }
+    c->codes = codes;
+    c->values = values;
+    return 0;
+}
+
+static void free_columns(Column *cols, Py_ssize_t ncols) {
+    if (cols == NULL) return;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        PyMem_Free(cols[i].data);
+        PyMem_Free(cols[i].valid);
+        Py_XDECREF(cols[i].codes);
+        Py_XDECREF(cols[i].values);
+    }
+    PyMem_Free(cols);
+}
+
+/* Empty columns of the given kinds (arrays grow on the first append). */
+static Column *new_columns(const char *kinds, Py_ssize_t ncols) {
+    Column *cols = PyMem_Calloc((size_t)(ncols ? ncols : 1), sizeof(Column));
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        cols[i].kind = kinds[i];
+        if (kinds[i] == 's' && fresh_dictionary(&cols[i]) < 0) {
+            free_columns(cols, ncols);
+            return NULL;
+        }
+    }
+    return cols;
+}
+
+static PyTypeObject RowBufferType;
+
+static PyObject *RowBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"kinds", NULL};
+    const char *kinds;
+    Py_ssize_t ncols;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#", names, &kinds, &ncols)) return NULL;
+    for (Py_ssize_t i = 0; i < ncols; i++) {
+        if (strchr("qidbs", kinds[i]) == NULL || kinds[i] == '\0') {
+            PyErr_Format(PyExc_ValueError, "column kind %c: expected one of q i d b s",
+                         kinds[i] ? kinds[i] : '0');
+            return NULL;
+        }
+    }
+    RowBufferObject *self = (RowBufferObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->ncols = ncols;
+    self->cols = new_columns(kinds, ncols);
+    if (self->cols == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void RowBuffer_dealloc(RowBufferObject *self) {
+    free_columns(self->cols, self->ncols);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Grow every array to hold at least `need` rows (no Python code runs). */
+static int reserve(RowBufferObject *self, Py_ssize_t need) {
+    if (need <= self->cap) return 0;
+    Py_ssize_t cap = self->cap ? self->cap : 256;
+    while (cap < need) cap *= 2;
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        Column *c = &self->cols[i];
+        size_t old = bytes_for(c->kind, self->cap), size = bytes_for(c->kind, cap);
+        unsigned char *data = PyMem_Realloc(c->data, size);
+        if (data == NULL) return -1;
+        memset(data + old, 0, size - old);
+        c->data = data;
+        if (c->valid != NULL) {
+            size_t vold = bytes_for('b', self->cap), vsize = bytes_for('b', cap);
+            unsigned char *valid = PyMem_Realloc(c->valid, vsize);
+            if (valid == NULL) return -1;
+            memset(valid + vold, 0, vsize - vold);
+            c->valid = valid;
+        }
+    }
+    self->cap = cap;
+    return 0;
+}
+
+/* The code of string `obj` in column `c`'s dictionary, added if new; -1 with an error set. */
+static long long string_code(Column *c, PyObject *obj) {
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *found = PyDict_GetItemWithError(c->codes, obj);
+    if (found != NULL) return PyLong_AsLongLong(found);
+    if (PyErr_Occurred()) return -1;
+    Py_ssize_t code = PyList_GET_SIZE(c->values);
+    if (code >= INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "too many distinct strings in one chunk");
+        return -1;
+    }
+    PyObject *number = PyLong_FromSsize_t(code);
+    if (number == NULL) return -1;
+    int failed = PyList_Append(c->values, obj) < 0 || PyDict_SetItem(c->codes, obj, number) < 0;
+    Py_DECREF(number);
+    return failed ? -1 : code;
+}
+
+/* `obj` converted for column `c` into `out`; 0, or -1 with an error set. */
+static int convert(Column *c, PyObject *obj, Value *out) {
+    switch (c->kind) {
+        case 'q':
+        case 'i': {
+            if (PyFloat_Check(obj)) {
+                PyErr_SetString(PyExc_TypeError, "expected an integer, got float");
+                return -1;
+            }
+            long long v = PyLong_AsLongLong(obj);
+            if (v == -1 && PyErr_Occurred()) return -1;
+            if (c->kind == 'i' && (v < INT32_MIN || v > INT32_MAX)) {
+                PyErr_Format(PyExc_OverflowError, "%lld does not fit an int32 column", v);
+                return -1;
+            }
+            out->q = v;
+            return 0;
+        }
+        case 'd': {
+            double v = PyFloat_AsDouble(obj);
+            if (v == -1.0 && PyErr_Occurred()) return -1;
+            out->d = v;
+            return 0;
+        }
+        case 'b': {
+            if (!PyBool_Check(obj)) {
+                PyErr_Format(PyExc_TypeError, "expected bool, got %.100s", Py_TYPE(obj)->tp_name);
+                return -1;
+            }
+            out->q = obj == Py_True;
+            return 0;
+        }
+        default: {
+            long long code = string_code(c, obj);
+            if (code < 0) return -1;
+            out->q = code;
+            return 0;
+        }
+    }
+}
+
+static void set_bit(unsigned char *bits, Py_ssize_t i, int on) {
+    if (on)
+        bits[i >> 3] |= (unsigned char)(1u << (i & 7));
+    else
+        bits[i >> 3] &= (unsigned char)~(1u << (i & 7));
+}
+
+/* Write converted value `v` (or a null) at row `row` of column `c`. */
+static int store(Column *c, Py_ssize_t row, Py_ssize_t cap, const Value *v, int null) {
+    if (null && c->valid == NULL) {
+        /* the first null: every earlier row was valid */
+        size_t size = bytes_for('b', cap);
+        c->valid = PyMem_Malloc(size ? size : 1);
+        if (c->valid == NULL) return -1;
+        memset(c->valid, 0, size);
+        for (Py_ssize_t i = 0; i < row; i++) set_bit(c->valid, i, 1);
+    }
+    if (c->valid != NULL) set_bit(c->valid, row, !null);
+    switch (c->kind) {
+        case 'q': ((int64_t *)c->data)[row] = null ? 0 : (int64_t)v->q; break;
+        case 'd': ((double *)c->data)[row] = null ? 0.0 : v->d; break;
+        case 'b': set_bit(c->data, row, !null && v->q); break;
+        default: ((int32_t *)c->data)[row] = null ? 0 : (int32_t)v->q; break;
+    }
+    return 0;
+}
+
+#define STACK_COLUMNS 64
+
+/* Write one row of converted values (`items[i] == Py_None`: a null; `items` NULL: none).
+   No Python code runs. 0, or -1 with MemoryError set. */
+static int write_row(RowBufferObject *self, const Value *values, PyObject *const *items) {
+    if (reserve(self, self->n + 1) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        if (store(&self->cols[i], self->n, self->cap, &values[i],
+                  items != NULL && items[i] == Py_None) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    self->n++;
+    return 0;
+}
+
+/* Prefix the error set by a conversion with the column it failed in ("column 3: ..."). */
+static void name_column(Py_ssize_t i) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+    if (text != NULL) {
+        PyErr_Format(type, "column %zd: %U", i, text);
+        Py_DECREF(text);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    } else {
+        PyErr_Restore(type, value, tb);
+    }
+}
+
+static PyObject *RowBuffer_append(RowBufferObject *self, PyObject *row) {
+    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != self->ncols) {
+        PyErr_Format(PyExc_TypeError, "a row is a tuple of %zd values, got %.100s", self->ncols,
+                     Py_TYPE(row)->tp_name);
+        return NULL;
+    }
+    Value stack_values[STACK_COLUMNS];
+    Value *values = self->ncols <= STACK_COLUMNS
+                        ? stack_values
+                        : PyMem_Malloc(sizeof(Value) * (size_t)self->ncols);
+    if (values == NULL) return PyErr_NoMemory();
+    PyObject *result = NULL;
+    /* every value converted first (this may run Python code, which may append itself) */
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        PyObject *item = PyTuple_GET_ITEM(row, i);
+        if (item != Py_None && convert(&self->cols[i], item, &values[i]) < 0) {
+            name_column(i);
+            goto done;
+        }
+    }
+    /* then written, with no Python code in between */
+    if (write_row(self, values, PySequence_Fast_ITEMS(row)) < 0) goto done;
+    result = Py_NewRef(Py_None);
+done:
+    if (values != stack_values) PyMem_Free(values);
+    return result;
+}
+
+/* The string column `c` of `rows` rows as Arrow's string buffers: (UTF-8 data, int32 offsets),
+   new references in `data` and `offsets`; -1 with an error set. */
+static int string_buffers(const Column *c, Py_ssize_t rows, PyObject **data, PyObject **offsets) {
+    Py_ssize_t nvalues = PyList_GET_SIZE(c->values);
+    const char **texts = PyMem_Malloc(sizeof(char *) * (size_t)(nvalues ? nvalues : 1));
+    Py_ssize_t *sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nvalues ? nvalues : 1));
+    int rc = -1;
+    *data = *offsets = NULL;
+    if (texts == NULL || sizes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < nvalues; k++)
+        if ((texts[k] = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->values, k), &sizes[k])) == NULL)
+            goto done;
+    const int32_t *codes = (const int32_t *)c->data;
+    long long total = 0;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1) total += sizes[codes[i]];
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "a string column's chunk holds over 2 GiB of text");
+        goto done;
+    }
+    *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int32_t) * (rows + 1));
+    *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (*offsets == NULL || *data == NULL) goto done;
+    int32_t *offset = (int32_t *)PyBytes_AS_STRING(*offsets);
+    char *out = PyBytes_AS_STRING(*data);
+    int32_t at = 0;
+    offset[0] = 0;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1) {
+            const Py_ssize_t size = sizes[codes[i]];
+            memcpy(out + at, texts[codes[i]], (size_t)size);
+            at += (int32_t)size;
+        }
+        offset[i + 1] = at;
+    }
+    rc = 0;
+done:
+    PyMem_Free(texts);
+    PyMem_Free(sizes);
+    if (rc < 0) {
+        Py_CLEAR(*data);
+        Py_CLEAR(*offsets);
+    }
+    return rc;
+}
+
+/* take() -> (rows, [(values, validity or None, offsets or None) per column]): every buffered
+ * row as Arrow buffers (strings: UTF-8 data and int32 offsets), the buffer left empty with
+ * fresh dictionaries. */
+static PyObject *RowBuffer_take(RowBufferObject *self, PyObject *unused) {
+    (void)unused;
+    /* the next chunk's columns first (allocating may run a finalizer that appends) */
+    char *kinds = PyMem_Malloc((size_t)self->ncols + 1);
+    if (kinds == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < self->ncols; i++) kinds[i] = self->cols[i].kind;
+    Column *fresh = new_columns(kinds, self->ncols);
+    PyMem_Free(kinds);
+    if (fresh == NULL) return NULL;
+    Column *old = self->cols;
+    Py_ssize_t rows = self->n;
+    self->cols = fresh;
+    self->n = 0;
+    self->cap = 0;
+    PyObject *columns = PyList_New(self->ncols);
+    if (columns == NULL) {
+        free_columns(old, self->ncols);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        Column *c = &old[i];
+        PyObject *data = NULL, *offsets = NULL;
+        if (c->kind == 's') {
+            if (string_buffers(c, rows, &data, &offsets) < 0) data = NULL;
+        } else {
+            data = PyBytes_FromStringAndSize(c->data ? (const char *)c->data : "",
+                                             (Py_ssize_t)bytes_for(c->kind, rows));
+            offsets = Py_NewRef(Py_None);
+        }
+        PyObject *valid = c->valid == NULL
+                              ? Py_NewRef(Py_None)
+                              : PyBytes_FromStringAndSize((const char *)c->valid,
+                                                          (Py_ssize_t)bytes_for('b', rows));
+        PyObject *entry = data && valid ? PyTuple_Pack(3, data, valid, offsets) : NULL;
+        Py_XDECREF(data);
+        Py_XDECREF(valid);
+        Py_XDECREF(offsets);
+        if (entry == NULL) {
+            Py_DECREF(columns);
+            free_columns(old, self->ncols);
+            return NULL;
+        }
+        PyList_SET_ITEM(columns, i, entry);
+    }
+    free_columns(old, self->ncols);
+    return Py_BuildValue("(nN)", rows, columns);
+}
+
+static Py_ssize_t RowBuffer_len(RowBufferObject *self) { return self->n; }
+
+static PyObject *RowBuffer_kinds(RowBufferObject *self, void *closure) {
+    (void)closure;
+    PyObject *text = PyUnicode_New(self->ncols, 127);
+    if (text == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->ncols; i++)
+        PyUnicode_WRITE(PyUnicode_1BYTE_KIND, PyUnicode_DATA(text), i, self->cols[i].kind);
+    return text;
+}
+
+static PyMethodDef RowBuffer_methods[] = {
+    {"append", (PyCFunction)RowBuffer_append, METH_O,
+     "Buffer one row (a tuple, one value per column; None is a null)."},
+    {"take", (PyCFunction)RowBuffer_take, METH_NOARGS,
+     "(rows, [(values, validity or None, offsets or None) per column]); empties the buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef RowBuffer_getset[] = {
+    {"kinds", (getter)RowBuffer_kinds, NULL, "one character per column: q i d b s", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods RowBuffer_as_sequence = {.sq_length = (lenfunc)RowBuffer_len};
+
+static PyTypeObject RowBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprof_device_core.RowBuffer",
+    .tp_doc = "The buffered rows of one profile table, as typed columns.",
+    .tp_basicsize = sizeof(RowBufferObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = RowBuffer_new,
+    .tp_dealloc = (destructor)RowBuffer_dealloc,
+    .tp_methods = RowBuffer_methods,
+    .tp_getset = RowBuffer_getset,
+    .tp_as_sequence = &RowBuffer_as_sequence,
+};
+
+/* ---- RowSink: rows the compiled engine core writes itself -------------------------------- *
+ *
+ * The recorder's per-launch rows (the kernel's `tasks` row and its `launch` host event), written
+ * by the engine core's launch_kernel straight into the recorder's buffers instead of as two
+ * record objects delivered through the bus to Python, and the `memory` rows of the allocator
+ * core's events. The recorder keeps the state those rows
+ * read here (step, parent op, next event id, what is recorded now), so both paths give the same
+ * rows; it asks the bus to use the sink only while it is the bus's one subscriber.
+ */
+
+#define TASK_COLUMNS 31
+#define HOST_COLUMNS 16
+/* the column kinds of the two tables (msprof_py/profile/schema.py), checked at construction */
+#define TASK_KINDS "qissssiqqqqdqsssssssbssiqsqqqqi"
+#define HOST_KINDS "qssqqqiqqisssqss"
+#define MEMORY_KINDS "qsqqqqqisi"
+#define MEMORY_COLUMNS 10
+#define TEXT_CACHE_LIMIT 4096
+
+typedef struct {
+    PyObject_HEAD
+    RowBufferObject *tasks, *host_events, *memory;
+    long long step, parent, next_event, tasks_recorded;
+    int tasks_on, api_on, memory_on, failed;
+    Py_ssize_t chunk_rows, check_every, since_check;
+    PyObject *threads;     /* dict: thread ident -> `thread` column value */
+    PyObject *on_thread;   /* () -> the calling thread's column value (a miss above) */
+    PyObject *render;      /* (tensors) -> the six shape/dtype/format texts */
+    PyObject *attr_fields; /* (attrs) -> the seven attribute columns */
+    PyObject *on_rows;     /* (table name) -> keep writing (the writer's flush check) */
+    PyObject *texts;       /* dict: id(tensors) -> (tensors, six texts) */
+    PyObject *attrs;       /* dict: id(attrs) -> (attrs, seven columns) */
+    PyObject *type_members, *type_texts; /* task type members and their column texts */
+    PyObject *action_members, *action_texts; /* memory actions and their column texts */
+} RowSinkObject;
+
+static PyTypeObject RowSinkType;
+
+static int has_kinds(const RowBufferObject *b, const char *kinds) {
+    if (b->ncols != (Py_ssize_t)strlen(kinds)) return 0;
+    for (Py_ssize_t i = 0; i < b->ncols; i++)
+        if (b->cols[i].kind != kinds[i]) return 0;
+    return 1;
+}
+static PyObject *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events, *s_memory, *s_task_type_a,
+    *s_block_dim_a, *s_flops, *s_bytes, *s_cube_ns, *s_vector_ns, *s_memory_ns;
+
+static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->tasks);
+    Py_VISIT(self->host_events);
+    Py_VISIT(self->memory);
+    Py_VISIT(self->threads);
+    Py_VISIT(self->on_thread);
+    Py_VISIT(self->render);
+    Py_VISIT(self->attr_fields);
+    Py_VISIT(self->on_rows);
+    Py_VISIT(self->texts);
+    Py_VISIT(self->attrs);
+    Py_VISIT(self->type_members);
+    Py_VISIT(self->type_texts);
+    Py_VISIT(self->action_members);
+    Py_VISIT(self->action_texts);
+    return 0;
+}
+
+static int RowSink_clear(RowSinkObject *self) {
+    Py_CLEAR(self->tasks);
+    Py_CLEAR(self->host_events);
+    Py_CLEAR(self->memory);
+    Py_CLEAR(self->threads);
+    Py_CLEAR(self->on_thread);
+    Py_CLEAR(self->render);
+    Py_CLEAR(self->attr_fields);
+    Py_CLEAR(self->on_rows);
+    Py_CLEAR(self->texts);
+    Py_CLEAR(self->attrs);
+    Py_CLEAR(self->type_members);
+    Py_CLEAR(self->type_texts);
+    Py_CLEAR(self->action_members);
+    Py_CLEAR(self->action_texts);
+    return 0;
+}
+
+static void RowSink_dealloc(RowSinkObject *self) {
+    PyObject_GC_UnTrack(self);
+    RowSink_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Fill `members` and `texts` (new lists) from dict `texts_by_member`: enum members are found
+   by identity, as an enum member's hash runs Python code. */
+static int member_texts(PyObject *texts_by_member, PyObject **members, PyObject **texts) {
+    *members = PyList_New(0);
+    *texts = PyList_New(0);
+    if (*members == NULL || *texts == NULL) return -1;
+    PyObject *member, *text;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(texts_by_member, &pos, &member, &text)) {
+        if (!PyUnicode_CheckExact(text)) {
+            PyErr_SetString(PyExc_TypeError, "RowSink: the column texts are str");
+            return -1;
+        }
+        if (PyList_Append(*members, member) < 0 || PyList_Append(*texts, text) < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *RowSink_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"tasks", "host_events", "memory", "task_types", "memory_actions",
+                            "on_thread", "render", "attr_fields", "on_rows", "chunk_rows",
+                            "check_every", NULL};
+    PyObject *tasks, *host_events, *memory, *task_types, *actions, *on_thread, *render,
+        *attr_fields, *on_rows;
+    Py_ssize_t chunk_rows, check_every;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!O!O!OOOOnn", names, &RowBufferType,
+                                     &tasks, &RowBufferType, &host_events, &RowBufferType,
+                                     &memory, &PyDict_Type, &task_types, &PyDict_Type, &actions,
+                                     &on_thread, &render, &attr_fields, &on_rows, &chunk_rows,
+                                     &check_every))
+        return NULL;
+    if (!has_kinds((RowBufferObject *)tasks, TASK_KINDS) ||
+        !has_kinds((RowBufferObject *)host_events, HOST_KINDS) ||
+        !has_kinds((RowBufferObject *)memory, MEMORY_KINDS)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "RowSink: the buffers' columns are not those of tasks, host_events and "
+                        "memory");
+        return NULL;
+    }
+    if (chunk_rows < 1 || check_every < 1) {
+        PyErr_SetString(PyExc_ValueError, "RowSink: chunk_rows and check_every must be >= 1");
+        return NULL;
+    }
+    RowSinkObject *self = (RowSinkObject *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->tasks = (RowBufferObject *)Py_NewRef(tasks);
+    self->host_events = (RowBufferObject *)Py_NewRef(host_events);
+    self->memory = (RowBufferObject *)Py_NewRef(memory);
+    self->on_thread = Py_NewRef(on_thread);
+    self->render = Py_NewRef(render);
+    self->attr_fields = Py_NewRef(attr_fields);
+    self->on_rows = Py_NewRef(on_rows);
+    self->chunk_rows = chunk_rows;
+    self->check_every = check_every;
+    self->parent = -1;
+    self->threads = PyDict_New();
+    self->texts = PyDict_New();
+    self->attrs = PyDict_New();
+    if (self->threads == NULL || self->texts == NULL || self->attrs == NULL ||
+        member_texts(task_types, &self->type_members, &self->type_texts) < 0 ||
+        member_texts(actions, &self->action_members, &self->action_texts) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+/* The column text of enum member `member` (borrowed), or NULL with an error set. */
+static PyObject *text_of(PyObject *members, PyObject *texts, PyObject *member) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(members); i++)
+        if (PyList_GET_ITEM(members, i) == member) return PyList_GET_ITEM(texts, i);
+    PyErr_Format(PyExc_ValueError, "RowSink: no column text for %R", member);
+    return NULL;
+}
+
+/* The cached entry for `key` (a tuple (key, values...)) in `cache`, computed by `fn` on a miss;
+   a new reference, or NULL with an error set. Keyed by identity, holding the key alive. */
+static PyObject *cached_by_identity(PyObject *cache, PyObject *key, PyObject *fn, Py_ssize_t n) {
+    PyObject *id = PyLong_FromVoidPtr(key);
+    if (id == NULL) return NULL;
+    PyObject *entry = PyDict_GetItemWithError(cache, id);
+    if (entry != NULL && PyTuple_GET_ITEM(entry, 0) == key) {
+        Py_DECREF(id);
+        return Py_NewRef(entry);
+    }
+    if (PyErr_Occurred()) {
+        Py_DECREF(id);
+        return NULL;
+    }
+    PyObject *values = PyObject_CallOneArg(fn, key);
+    PyObject *fast = values ? PySequence_Tuple(values) : NULL;
+    Py_XDECREF(values);
+    if (fast == NULL || PyTuple_GET_SIZE(fast) != n) {
+        if (fast != NULL) PyErr_Format(PyExc_ValueError, "expected %zd values", n);
+        Py_XDECREF(fast);
+        Py_DECREF(id);
+        return NULL;
+    }
+    entry = PyTuple_New(n + 1);
+    if (entry != NULL) {
+        PyTuple_SET_ITEM(entry, 0, Py_NewRef(key));
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(entry, i + 1, Py_NewRef(PyTuple_GET_ITEM(fast, i)));
+        if (PyDict_GET_SIZE(cache) >= TEXT_CACHE_LIMIT) PyDict_Clear(cache);
+        if (PyDict_SetItem(cache, id, entry) < 0) Py_CLEAR(entry);
+    }
+    Py_DECREF(fast);
+    Py_DECREF(id);
+    return entry;
+}
+
+static int sink_thread(RowSinkObject *self, long long *out) {
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (ident == NULL) return -1;
+    PyObject *found = PyDict_GetItemWithError(self->threads, ident);
+    if (found == NULL) {
+        if (PyErr_Occurred() || (found = PyObject_CallNoArgs(self->on_thread)) == NULL ||
+            PyDict_SetItem(self->threads, ident, found) < 0) {
+            Py_XDECREF(found);
+            Py_DECREF(ident);
+            return -1;
+        }
+        Py_DECREF(found); /* the dict holds it */
+    }
+    Py_DECREF(ident);
+    *out = PyLong_AsLongLong(found);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int get_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* Python's round() of float attribute `name` (ties to even, as rint in the default mode). */
+static int get_rounded(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    if (PyLong_Check(v)) {
+        *out = PyLong_AsLongLong(v);
+    } else {
+        double d = PyFloat_AsDouble(v);
+        *out = (long long)__builtin_rint(d);
+    }
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* Set string column `i` of `values` in buffer `b` to the code of `text`. */
+static int put_text(RowBufferObject *b, Value *values, Py_ssize_t i, PyObject *text) {
+    long long code = string_code(&b->cols[i], text);
+    if (code < 0) return -1;
+    values[i].q = code;
+    return 0;
+}
+
+/* After a row went into `b` (table `name`): let the writer flush when the chunk is full or
+   every `check_every` rows; it answers whether to keep writing (False: recording failed). */
+static int sink_after_row(RowSinkObject *self, RowBufferObject *b, PyObject *name) {
+    if (++self->since_check < self->check_every && b->n < self->chunk_rows) return 0;
+    self->since_check = 0;
+    PyObject *keep = PyObject_CallOneArg(self->on_rows, name);
+    if (keep == NULL) return -1;
+    if (!PyObject_IsTrue(keep)) self->failed = 1;
+    Py_DECREF(keep);
+    return 0;
+}
+
+/* The rows of one kernel launch (see Engine._emit_kernel for the record path's). */
+int sink_kernel(PyObject *sink, long long host_start, long long host_end, long long stream_id,
+                long long task_id, long long launch, long long start, long long end,
+                long long wait, PyObject *cost, PyObject *name, PyObject *op_type,
+                PyObject *tensors, PyObject *attrs) {
+    RowSinkObject *self = (RowSinkObject *)sink;
+    if (self->failed) return 0;
+    if (self->api_on) {
+        long long thread;
+        if (sink_thread(self, &thread) < 0) return -1;
+        RowBufferObject *b = self->host_events;
+        Value v[HOST_COLUMNS];
+        v[0].q = self->next_event++;
+        v[3].q = host_start;
+        v[4].q = host_end;
+        v[5].q = thread;
+        v[6].q = stream_id;
+        v[7].q = task_id;
+        v[8].q = self->parent;
+        v[9].q = self->step;
+        v[13].q = -1;
+        if (put_text(b, v, 1, s_launch) < 0 || put_text(b, v, 2, name) < 0) return -1;
+        static const Py_ssize_t empty[] = {10, 11, 12, 14, 15};
+        for (size_t k = 0; k < sizeof(empty) / sizeof(empty[0]); k++)
+            if (put_text(b, v, empty[k], s_empty) < 0) return -1;
+        if (write_row(b, v, NULL) < 0 || sink_after_row(self, b, s_host_events) < 0) return -1;
+    }
+    if (!self->tasks_on || self->failed) return 0;
+    RowBufferObject *b = self->tasks;
+    Value v[TASK_COLUMNS];
+    PyObject *task_type = PyObject_GetAttr(cost, s_task_type_a);
+    if (task_type == NULL) return -1;
+    PyObject *type_text = text_of(self->type_members, self->type_texts, task_type);
+    Py_DECREF(task_type);
+    if (type_text == NULL) return -1;
+    PyObject *flops = PyObject_GetAttr(cost, s_flops);
+    if (flops == NULL) return -1;
+    v[11].d = PyFloat_AsDouble(flops);
+    Py_DECREF(flops);
+    if (PyErr_Occurred()) return -1;
+    if (get_ll(cost, s_block_dim_a, &v[6].q) < 0 || get_ll(cost, s_bytes, &v[12].q) < 0 ||
+        get_rounded(cost, s_cube_ns, &v[26].q) < 0 ||
+        get_rounded(cost, s_vector_ns, &v[27].q) < 0 ||
+        get_rounded(cost, s_memory_ns, &v[28].q) < 0)
+        return -1;
+    v[0].q = task_id;
+    v[1].q = stream_id;
+    v[7].q = launch;
+    v[8].q = start;
+    v[9].q = end;
+    v[10].q = wait;
+    v[29].q = self->parent;
+    v[30].q = self->step;
+    if (put_text(b, v, 2, s_kernel) < 0 || put_text(b, v, 3, type_text) < 0 ||
+        put_text(b, v, 4, name) < 0 || put_text(b, v, 5, op_type) < 0)
+        return -1;
+    PyObject *texts = cached_by_identity(self->texts, tensors, self->render, 6);
+    if (texts == NULL) return -1;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < 6 && !failed; i++)
+        failed = put_text(b, v, 13 + i, PyTuple_GET_ITEM(texts, i + 1)) < 0;
+    Py_DECREF(texts);
+    if (failed) return -1;
+    /* attributes: copy kind, pinned, collective, algorithm, world size, notify wait, op state */
+    PyObject *fields = cached_by_identity(self->attrs, attrs, self->attr_fields, 7);
+    if (fields == NULL) return -1;
+    for (Py_ssize_t i = 0; i < 7 && !failed; i++)
+        failed = convert(&b->cols[19 + i], PyTuple_GET_ITEM(fields, i + 1), &v[19 + i]) < 0;
+    Py_DECREF(fields);
+    if (failed) return -1;
+    if (write_row(b, v, NULL) < 0) return -1;
+    self->tasks_recorded++;
+    return sink_after_row(self, b, s_tasks);
+}
+
+/* The row of one caching-allocator event (see Recorder._memory for the record path's). */
+int sink_memory(PyObject *sink, long long time_ns, PyObject *action, long long address,
+                long long size, long long allocated, long long reserved, long long stream_id,
+                PyObject *tag) {
+    RowSinkObject *self = (RowSinkObject *)sink;
+    if (self->failed || !self->memory_on) return 0;
+    PyObject *text = text_of(self->action_members, self->action_texts, action);
+    if (text == NULL) return -1;
+    RowBufferObject *b = self->memory;
+    Value v[MEMORY_COLUMNS];
+    v[0].q = time_ns;
+    v[2].q = address;
+    v[3].q = size;
+    v[4].q = allocated;
+    v[5].q = reserved;
+    v[6].q = allocated; /* active: every live block is active here */
+    v[7].q = stream_id;
+    v[9].q = self->step;
+    if (put_text(b, v, 1, text) < 0 || put_text(b, v, 8, tag) < 0 || write_row(b, v, NULL) < 0)
+        return -1;
+    return sink_after_row(self, b, s_memory);
+}
+
+int is_row_sink(PyObject *obj) { return Py_IS_TYPE(obj, &RowSinkType); }
+
+static PyMemberDef RowSink_members[] = {
+    {"step", T_LONGLONG, offsetof(RowSinkObject, step), 0, "the `step` column of new rows"},
+    {"parent", T_LONGLONG, offsetof(RowSinkObject, parent), 0,
+     "event id of the host op running now (-1: none)"},
+    {"next_event", T_LONGLONG, offsetof(RowSinkObject, next_event), 0,
+     "the next host event id (shared with the recorder's own rows)"},
+    {"tasks_recorded", T_LONGLONG, offsetof(RowSinkObject, tasks_recorded), 0,
+     "task rows written"},
+    {"tasks_on", T_BOOL, offsetof(RowSinkObject, tasks_on), 0, "task rows are recorded now"},
+    {"api_on", T_BOOL, offsetof(RowSinkObject, api_on), 0, "launch rows are recorded now"},
+    {"memory_on", T_BOOL, offsetof(RowSinkObject, memory_on), 0,
+     "allocator rows are recorded now"},
+    {"failed", T_BOOL, offsetof(RowSinkObject, failed), 0,
+     "the writer stopped recording: nothing more is written"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject RowSinkType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprof_device_core.RowSink",
+    .tp_doc = "The recorder's task and launch rows, written by the compiled engine core.",
+    .tp_basicsize = sizeof(RowSinkObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = RowSink_new,
+    .tp_dealloc = (destructor)RowSink_dealloc,
+    .tp_traverse = (traverseproc)RowSink_traverse,
+    .tp_clear = (inquiry)RowSink_clear,
+    .tp_members = RowSink_members,
+};
+
+int add_row_types(PyObject *m) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&s_kernel, "kernel"},     {&s_launch, "launch"},         {&s_empty, ""},
+        {&s_tasks, "tasks"},       {&s_host_events, "host_events"}, {&s_memory, "memory"}, {&s_task_type_a, "task_type"},
+        {&s_block_dim_a, "block_dim"}, {&s_flops, "flops"},        {&s_bytes, "bytes"},
+        {&s_cube_ns, "cube_ns"},   {&s_vector_ns, "vector_ns"},   {&s_memory_ns, "memory_ns"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return -1;
+    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&RowSinkType) < 0) return -1;
+    if (PyModule_AddObjectRef(m, "RowBuffer", (PyObject *)&RowBufferType) < 0) return -1;
+    return PyModule_AddObjectRef(m, "RowSink", (PyObject *)&RowSinkType);
+}

@@ -1,0 +1,221 @@
+"""The compiled row path of recording (issue 20): row buffers and the engine core's direct sink.
+
+Where ``msprof_py/device/native`` is built, the raw writer buffers rows as typed columns
+(``RowBuffer``) and, while the recorder is the bus's only subscriber, the engine core writes a
+kernel launch's task and launch rows itself (``RowSink``) instead of emitting two records. Both
+must give exactly the tables the record path gives: the same program is recorded three ways
+(direct sink; record path through the compiled buffers, forced by a second subscriber; and
+everything in Python with ``MSPROF_NATIVE=0``) and every table is compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from msprof_py.device import RecordBus
+from msprof_py.device import native as device_native
+from msprof_py.profile.schema import RAW_DIR, TABLES, Table
+from msprof_py.profile.writer import RawWriter, _rows_to_table, new_rows, take_table
+
+CORE = device_native.load()
+needs_core = pytest.mark.skipif(CORE is None, reason="compiled device cores not built")
+
+PROGRAM = """
+import json, sys, threading, torch
+import msprof_py
+from msprof_py.collectors.session import SessionConfig, start_session
+from msprof_py.adapter import runtime
+session = start_session(SessionConfig(output=sys.argv[1], export=False, deterministic=True,
+                                      warmup=1, iteration=2))
+bus = runtime.state().npu.engine.bus
+if sys.argv[2] == "records":
+    runtime.state().npu.subscribe(lambda record: None)  # a second listener: no direct sink
+used = type(bus.direct).__name__
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(),
+    torch.nn.Linear(8 * 6 * 6, 4)).to("npu")
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+x = torch.randn(4, 3, 8, 8).to("npu", non_blocking=True)
+def side():  # ops launched from another thread
+    y = torch.ones(16, device="npu") * 3
+    y.add_(1)
+for step in range(4):
+    opt.zero_grad()
+    with msprof_py.annotate("forward"):
+        loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    t = threading.Thread(target=side)
+    t.start()
+    t.join()
+    loss.item()
+    msprof_py.step()
+print(json.dumps({"run": str(session.stop()), "direct": used}))
+"""
+
+
+def _record(tmp_path: Path, mode: str) -> tuple[dict[str, pa.Table], str]:
+    env = dict(os.environ)
+    if mode == "python":
+        env["MSPROF_NATIVE"] = "0"
+    out = tmp_path / mode
+    proc = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(out), mode],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    raw = Path(result["run"]) / RAW_DIR
+    tables = {}
+    for name in TABLES:
+        parts = sorted(raw.glob(f"{name}-*.parquet"))
+        if parts:
+            tables[name] = pa.concat_tables([pq.read_table(p) for p in parts])
+    return tables, result["direct"]
+
+
+@needs_core
+def test_direct_rows_equal_the_record_path_and_the_python_path(tmp_path: Path) -> None:
+    direct, used = _record(tmp_path, "direct")
+    assert used == "RowSink"  # the engine core wrote the launch rows
+    records, used = _record(tmp_path, "records")
+    assert used == "NoneType"
+    python, _ = _record(tmp_path, "python")
+    assert direct.keys() == records.keys() == python.keys()
+    assert {"tasks", "host_events", "memory", "steps"} <= direct.keys()
+    for name in direct:
+        assert direct[name].equals(records[name]), name
+        assert direct[name].equals(python[name]), name
+    tasks = direct["tasks"].to_pydict()
+    launches = [k for k in direct["host_events"].column("kind").to_pylist() if k == "launch"]
+    assert len(launches) > 50 and tasks["kind"].count("kernel") > 50
+    assert set(tasks["step"]) == {1, 2}  # the iteration window: warm-up step 0 left out
+    # the main thread, autograd's device thread (backward) and the side thread
+    assert len(set(direct["host_events"].column("thread").to_pylist())) == 3
+
+
+def test_the_bus_offers_a_direct_sink_only_to_its_one_subscriber() -> None:
+    class Owner:
+        direct_sink = object()
+
+        def __call__(self, record: object) -> None:
+            pass
+
+    bus = RecordBus()
+    owner = Owner()
+    assert bus.direct is None and not bus.active
+    bus.subscribe(owner)
+    assert bus.direct is Owner.direct_sink and bus.active
+    other = [].append
+    bus.subscribe(other)
+    assert bus.direct is None  # the other listener needs the records
+    bus.unsubscribe(other)
+    assert bus.direct is Owner.direct_sink
+    bus.unsubscribe(owner)
+    assert bus.direct is None and not bus.active
+    bus.subscribe(other)
+    assert bus.direct is None  # a plain callable offers none
+
+
+# ---- RowBuffer: typed columns give the table the row tuples give ---------------------------
+
+_VALUES = {
+    pa.int64(): st.integers(-(2**63), 2**63 - 1),
+    pa.int32(): st.integers(-(2**31), 2**31 - 1),
+    pa.float64(): st.floats(allow_nan=False),
+    pa.bool_(): st.booleans(),
+    pa.string(): st.sampled_from(["", "aten::mm", "MatMul", "2,3;4", "ü€"]) | st.text(max_size=8),
+}
+
+
+def _row(table: Table) -> st.SearchStrategy[tuple]:
+    return st.tuples(*(st.none() | _VALUES[c.type] for c in table.columns))
+
+
+@needs_core
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_row_buffers_give_the_tables_row_tuples_give(data: st.DataObject) -> None:
+    table = TABLES[data.draw(st.sampled_from(sorted(TABLES)))]
+    batches = data.draw(st.lists(st.lists(_row(table), max_size=40), min_size=1, max_size=3))
+    rows = new_rows(table)
+    assert isinstance(rows, CORE.RowBuffer)
+    for batch in batches:  # several chunks: each take starts the next one empty
+        for row in batch:
+            rows.append(row)
+        assert len(rows) == len(batch)
+        got = take_table(rows, table)
+        assert len(rows) == 0
+        assert got.equals(_rows_to_table(batch, table))
+
+
+@needs_core
+def test_a_row_that_does_not_fit_stops_recording_with_one_clear_reason(tmp_path: Path) -> None:
+    writer = RawWriter(tmp_path / "raw", {})
+    good = (0, 0, 0, "memory_alloc", "", 1, 2, 0, "x")
+    writer.append("steps", (0, 0, 10, "optimizer", 0))
+    writer.append("steps", (1, "ten", 20, "optimizer", 0))
+    assert writer.failed is not None
+    assert writer.failed.startswith("a steps row does not fit its columns: column 1:")
+    writer.append("memory", good)  # ignored from now on
+    assert writer.after_direct_rows("tasks") is False  # a sink stops writing too
+
+
+@needs_core
+def test_an_append_run_by_a_conversion_keeps_both_rows_whole() -> None:
+    rows = CORE.RowBuffer("qs")
+
+    class Sneaky:
+        """An integer whose conversion appends a row of its own (as a finalizer could)."""
+
+        def __index__(self) -> int:
+            rows.append((7, "inner"))
+            return 5
+
+    rows.append((Sneaky(), "outer"))
+    count, columns = rows.take()
+    assert count == 2
+    values = pa.Array.from_buffers(pa.int64(), 2, [None, pa.py_buffer(columns[0][0])])
+    data, _, offsets = columns[1]
+    texts = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    assert list(zip(values.to_pylist(), texts.to_pylist(), strict=True)) == [
+        (7, "inner"),
+        (5, "outer"),
+    ]
+
+
+@needs_core
+def test_row_buffer_refuses_what_its_columns_cannot_hold() -> None:
+    rows = CORE.RowBuffer("ibs")
+    with pytest.raises(OverflowError, match="column 0"):
+        rows.append((2**31, True, "x"))
+    with pytest.raises(TypeError, match="column 1: expected bool"):
+        rows.append((1, 1, "x"))
+    with pytest.raises(TypeError, match="column 2: expected str"):
+        rows.append((1, True, 3))
+    with pytest.raises(TypeError, match="a row is a tuple of 3 values"):
+        rows.append((1, True))
+    with pytest.raises(ValueError, match="column kind"):
+        CORE.RowBuffer("qx")
+    assert len(rows) == 0  # nothing half-written
+
+
+def test_without_the_compiled_core_rows_are_tuples() -> None:
+    rows = new_rows(TABLES["steps"], compiled=False)
+    assert rows == []
+    rows.append((0, 0, 10, "optimizer", 0))
+    assert take_table(rows, TABLES["steps"]).num_rows == 1 and rows == []
