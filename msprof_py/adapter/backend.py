@@ -173,6 +173,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
             wraps_numbers,
             [i for i, _ in writes],
             [-1 if alias is None else writes[alias][0] for alias in aliases],
+            list(plan.attr_slots),
         )
     return plan
 
@@ -226,7 +227,9 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         if plan.host_only:
             return host_fallback.run(state, op, plan.name, args, kwargs)
         if plan.native >= 0 and state.native and not (state.fast and plan.widened):
-            found = NATIVE.run(plan.native, args, kwargs)  # type: ignore[union-attr]
+            found = NATIVE.run(plan.native, args, kwargs, state)  # type: ignore[union-attr]
+            if found.__class__ is list:  # launched in the compiled path (a learned launch)
+                return found[0]
             if found is not None:
                 return _finish_native(state, plan, found, args)
         return execute(state, plan, args, kwargs)
@@ -237,8 +240,10 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
 def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple) -> Any:
     """What the Python path does after the compiled one ran the op on the host: inputs in
     private formats converted, written tensors the kernel resized following their host views,
-    new outputs with device memory (and the format they are made in), then the launch."""
-    result, inputs, outputs, fresh, stale, formatted = found
+    new outputs with device memory (and the format they are made in), then the launch. When
+    the compiled path gave a key, it learns this launch: later calls with the same op, shapes,
+    dtypes and attribute values do it themselves (see ``hot_path.cpp``)."""
+    result, inputs, outputs, fresh, stale, formatted, key = found
     # a private format changes no host value: converting the inputs now (the Python path does
     # it before the host call) launches the same TransData tasks before the op's own
     ref_format = _prepare_formats(state, plan, args, inputs) if formatted else None
@@ -248,7 +253,19 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
         attach_memory(out, state, plan.name)
     if ref_format is not None:
         _tag_outputs(state, plan, outputs, ref_format)
-    launch(state, plan, inputs, outputs, args)
+    planned = launch(state, plan, inputs, outputs, args)
+    if key is not None and state.capture is None and state.npu.l2 is None:
+        kernels = planned.kernels
+        fields = planned.fields if kernels else ()  # nothing to record without kernels
+        compiled = state.compiled
+        NATIVE.learn(  # type: ignore[union-attr]
+            key,
+            tuple([(k.cost, k.op_type) for k in kernels]),
+            fields,
+            plan.name,
+            compiled,
+            compiled.epoch,
+        )
     return result
 
 
@@ -586,8 +603,9 @@ def launch(
     inputs: list[torch.Tensor],
     outputs: list[torch.Tensor | None],
     args: tuple,
-) -> None:
-    """Launch the kernels ``plan``'s op amounts to on the current stream.
+) -> _Planned:
+    """Launch the kernels ``plan``'s op amounts to on the current stream; their cost-cache
+    entry.
 
     Costs are cached by op and (shape, dtype, format) of every tensor: a training loop repeats
     the same ops on the same shapes, so after the first step each op costs one lookup. The
@@ -603,7 +621,7 @@ def launch(
         planned = _plan_kernels(state, plan, groups, cache_key, in_keys, out_keys)
     kernels = planned.kernels
     if not kernels:
-        return
+        return planned
     if state.capture is None:
         attrs = attributes_at(args, plan.attr_slots) if plan.attr_slots else ()
         compiled = state.compiled
@@ -626,9 +644,10 @@ def launch(
             fields = planned.fields = _record_fields_of(in_keys, present)
         for kernel in kernels:
             _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present, fields)
-        return
+        return planned
     for kernel in kernels:
         _submit(state, plan.name, kernel.op_type, kernel.cost, in_keys, present)
+    return planned
 
 
 def launch_custom(

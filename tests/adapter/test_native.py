@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import msprof_py.adapter
-from msprof_py.adapter import backend, native, runtime
-from msprof_py.device import MemoryRecord, TaskRecord
+from msprof_py.adapter import backend, native, runtime, tensors
+from msprof_py.device import MemoryRecord, SimulatedNpu, TaskRecord
 
 HERE = Path(__file__).parent
 
@@ -29,24 +29,32 @@ needs_native = pytest.mark.skipif(backend.NATIVE is None, reason=native.status()
 
 
 class _Counting:
-    """Stands for the compiled module and counts the calls that it ran (not None)."""
+    """Stands for the compiled module and counts the calls that it ran (not None), and those
+    it also launched itself (a learned launch)."""
 
     def __init__(self, module: object) -> None:
         self.module = module
         self.ran = 0
+        self.launched = 0
 
     def register_op(self, *args: object) -> int:
         return self.module.register_op(*args)  # type: ignore[attr-defined]
 
-    def run(self, op_id: int, args: tuple, kwargs: dict) -> object:
-        found = self.module.run(op_id, args, kwargs)  # type: ignore[attr-defined]
+    def learn(self, *args: object) -> None:
+        self.module.learn(*args)  # type: ignore[attr-defined]
+
+    def run(self, op_id: int, args: tuple, kwargs: dict, state: object) -> object:
+        found = self.module.run(op_id, args, kwargs, state)  # type: ignore[attr-defined]
         self.ran += found is not None
+        self.launched += isinstance(found, list)
         return found
 
 
-def _device_records(fn: Callable[[], object], use_native: bool) -> tuple[object, list, int]:
+def _device_records(
+    fn: Callable[[], object], use_native: bool, learned: list[int] | None = None
+) -> tuple[object, list, int]:
     """``fn``'s result (on CPU), the task and memory records it caused, and how many ops the
-    compiled path ran."""
+    compiled path ran (appended to ``learned``: how many of those it also launched)."""
     state = runtime.STATE
     assert state is not None
     records: list = []
@@ -64,6 +72,8 @@ def _device_records(fn: Callable[[], object], use_native: bool) -> tuple[object,
         bus.unsubscribe(records.append)
         state.native, backend.NATIVE = saved_native, saved_module
     kept = [_comparable(r) for r in records if isinstance(r, (TaskRecord, MemoryRecord))]
+    if learned is not None:
+        learned.append(counting.launched)
     return _to_cpu(result), kept, counting.ran
 
 
@@ -171,6 +181,13 @@ CASES: list[tuple[str, Callable[[], object], bool]] = [
 ]
 
 
+#: cases whose ops the compiled path runs but never launches itself, and why
+NOT_LEARNED = {
+    "a dtype argument": "sum's dim is a list: an attribute the learned key does not hold",
+    "out= resized": "the kernel resized its out= argument: Python follows the host view",
+}
+
+
 @needs_native
 @pytest.mark.parametrize(("name", "program", "compiled"), CASES, ids=[c[0] for c in CASES])
 def test_same_values_and_device_records_on_both_paths(
@@ -181,12 +198,17 @@ def test_same_values_and_device_records_on_both_paths(
     (after a first run that brings the caching allocator to the same state for both)."""
     _device_records(program, use_native=False)
     python_value, python_records, python_ran = _device_records(program, use_native=False)
-    native_value, native_records, native_ran = _device_records(program, use_native=True)
-    assert python_ran == 0
-    assert native_ran > 0 if compiled else native_ran == 0
-    _same(python_value, native_value)
-    assert native_records == python_records
-    assert any(r[0] == "task" for r in native_records)
+    # twice: the first run teaches the compiled path the launches the second one does itself
+    # (runs of earlier tests may have taught it some already)
+    launched: list[int] = []
+    for _ in range(2):
+        native_value, native_records, native_ran = _device_records(program, True, launched)
+        assert python_ran == 0
+        assert native_ran > 0 if compiled else native_ran == 0
+        _same(python_value, native_value)
+        assert native_records == python_records
+        assert any(r[0] == "task" for r in native_records)
+    assert launched[1] > 0 if compiled and name not in NOT_LEARNED else launched[1] == 0
 
 
 @needs_native
@@ -343,3 +365,34 @@ def test_a_recorded_training_program_is_the_same_profile_on_both_paths(tmp_path:
     assert {k: v for k, v in default.items() if k != "path"} == {
         k: v for k, v in python.items() if k != "path"
     }
+
+
+@needs_native
+def test_a_learned_launch_out_of_device_memory_raises_torchs_error(
+    npu: SimulatedNpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled path's own launch asks the caching allocator for the output's memory: a
+    failure is torch's out-of-memory error, word for word the Python path's, and holds nothing."""
+    x = torch.zeros(16 * 2**20, device="npu")  # 64 MiB
+    for _ in range(2):  # the second multiplication is launched by the compiled path
+        x * 2
+    reserved: list[int] = []
+    real_reserve = tensors.reserve
+    monkeypatch.setattr(tensors, "reserve", lambda n, *a: reserved.append(n) or real_reserve(n, *a))
+    torch.npu.empty_cache()
+    free, _ = torch.npu.mem_get_info()
+    hog = npu.memory.hold(free - 32 * 2**20, 0, "hog")
+    before = torch.npu.memory_allocated()
+    errors = []
+    try:
+        for fast in (True, False):
+            backend.NATIVE.set_fast(fast)  # type: ignore[union-attr]
+            with pytest.raises(torch.OutOfMemoryError) as info:
+                x * 2
+            errors.append(str(info.value))
+            assert torch.npu.memory_allocated() == before
+    finally:
+        backend.NATIVE.set_fast(True)  # type: ignore[union-attr]
+        del hog
+    assert reserved == [64 * 2**20]  # only the Python path's run reserved in Python
+    assert errors[0] == errors[1] and "Tried to allocate 64.00 MiB" in errors[0]

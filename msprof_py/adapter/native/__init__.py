@@ -26,7 +26,7 @@ from msprof_py.device.native import build_dir, import_build
 SOURCE = Path(__file__).with_name("hot_path.cpp")
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 4
+ABI_VERSION = 5
 _RECORD = "build.json"
 
 _loaded: ModuleType | None = None
@@ -93,8 +93,11 @@ def load() -> ModuleType | None:
 def self_test(module: ModuleType) -> str | None:
     """Set the module up and check that its npu tensors are what torch's Python backend makes
     (once the npu device is registered); None when they are, else what differs."""
+    from msprof_py.adapter.errors import raise_oom
+    from msprof_py.device import NpuOutOfMemoryError
+
     theirs = torch._C._acc.create_empty_tensor((2, 3), torch.float32)
-    module.init(theirs)
+    module.init(theirs, NpuOutOfMemoryError, raise_oom)
     ours = module.empty_npu([2, 3], torch.float32)
     for what, a, b in (
         ("dispatch keys", torch._C._dispatch_keys(ours), torch._C._dispatch_keys(theirs)),

@@ -6,7 +6,13 @@
 // as an npu tensor whose storage's Python object holds the result's CPU storage as attribute
 // ``_npu`` -- what msprof_py/adapter/tensors.py's host_view and adopt do in Python, in one
 // call. In-place and out= ops return their written arguments and name those the kernel
-// resized. Device memory, the launch and recording stay in Python (backend._finish_native).
+// resized. Device memory, the launch and recording are done by Python (backend._finish_native)
+// the first time an op meets its shapes, dtypes and attribute values; Python then teaches run()
+// that combination's launch (learn()), and later calls do it here: device memory for the fresh
+// outputs from the caching allocator (hold), then the engine's launch_kernel for each kernel,
+// the same calls in the same order (the fast launch). Any state the learned launch does not
+// cover (a graph capture, L2 modelling, a new compile-cache epoch, recording without the
+// task fields) sends the call back to Python's path.
 //
 // run() returns None, having changed nothing, whenever an argument is outside the plain case
 // (the Python path then runs the op as before); when the CPU kernel raises, it returns None
@@ -29,7 +35,7 @@
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 4;
+constexpr int kAbiVersion = 5;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -46,7 +52,31 @@ struct OpEntry {
   std::vector<int64_t> return_aliases;
   //: the op takes a Python number for a Tensor argument (add, mul ...): wrap it as torch does
   bool wraps_numbers;
+  //: positions of the arguments that may be compile-cache attributes (attribute_slots)
+  std::vector<int64_t> attr_slots;
 };
+
+//: what run() does for a learned (op, shapes, dtypes, attributes): see learn()
+struct FastLaunch {
+  //: ((cost, op_type), ...) of the kernels, in launch order
+  py::object kernels;
+  //: the task-record fields of the launch (None: not known, recording takes Python's path)
+  py::object fields;
+  //: the op's task name and device-memory tag ("aten::mul")
+  py::object name;
+  //: the compile cache and its epoch the launch was learned in
+  py::object compiled;
+  int64_t epoch;
+};
+
+//: learned launches by key (see fast_key); cleared when it holds kFastLimit
+std::unordered_map<std::string, FastLaunch> fast_launches;
+constexpr size_t kFastLimit = 100000;
+bool fast_enabled = true;
+//: callable(exc) raising torch's out-of-memory error for the device's (set by init())
+py::object on_oom;
+//: the device's out-of-memory error type (set by init())
+py::object device_oom;
 
 //: a deque: entries keep their address while another thread registers an op (a CPU kernel
 //: may run Python, which may let another thread take the GIL)
@@ -98,13 +128,15 @@ bool holds_tensors_or_devices(const c10::TypePtr& type) {
 // ops), ``return_aliases`` for each return the position of the written argument it is, or -1
 // for a fresh tensor (as backend.OpPlan computes them).
 int register_op(const std::string& name, const std::string& overload, bool wraps_numbers,
-                const std::vector<int64_t>& written, const std::vector<int64_t>& return_aliases) {
+                const std::vector<int64_t>& written, const std::vector<int64_t>& return_aliases,
+                const std::vector<int64_t>& attr_slots) {
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle.has_value()) return -1;
   const auto& schema = handle->schema();
   const size_t count = schema.arguments().size();
   if (return_aliases.size() != schema.returns().size()) return -1;
-  OpEntry entry{*handle, {}, {}, {}, {}, std::vector<bool>(count, false), {}, wraps_numbers};
+  OpEntry entry{*handle, {}, {}, {}, {},
+                std::vector<bool>(count, false), {}, wraps_numbers, attr_slots};
   for (int64_t position : written) {
     if (position < 0 || static_cast<size_t>(position) >= count) return -1;
     entry.written[position] = true;
@@ -316,8 +348,9 @@ class Unwrapper {
 
 // A new npu tensor holding CPU tensor ``result``'s values: sizes, strides and offset of
 // ``result``, a storage without bytes whose Python object keeps ``result``'s storage as
-// ``_npu``. Python then gives it device memory (tensors.attach_memory).
-PyObject* adopt(const at::Tensor& result) {
+// ``_npu``. Its device memory comes from Python (tensors.attach_memory) or the fast launch,
+// which gets the storage's Python object in ``npu_storage_out`` when it is not null.
+PyObject* adopt(const at::Tensor& result, PyObject** npu_storage_out = nullptr) {
   if (npu_allocator == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "msprof_hot_path: init() was not called");
     return nullptr;
@@ -334,9 +367,16 @@ PyObject* adopt(const at::Tensor& result) {
   if (npu_storage == nullptr) return nullptr;
   PyObject* backing = THPStorage_Wrap(result.storage());
   const int set = backing == nullptr ? -1 : PyObject_SetAttr(npu_storage, npu_name, backing);
-  Py_DECREF(npu_storage);
   Py_XDECREF(backing);
-  if (set != 0) return nullptr;
+  if (set != 0) {
+    Py_DECREF(npu_storage);
+    return nullptr;
+  }
+  if (npu_storage_out != nullptr) {
+    *npu_storage_out = npu_storage;
+  } else {
+    Py_DECREF(npu_storage);
+  }
   return THPVariable_Wrap(std::move(out));
 }
 
@@ -347,6 +387,8 @@ class Results {
   py::list outputs;
   //: the npu tensors adopt() made (they need device memory)
   py::list fresh;
+  //: for each of ``fresh``: its storage's Python object and the bytes of its backing
+  std::vector<std::pair<py::object, int64_t>> storages;
 
   // The Python value of fresh result ``value`` (a tensor or a list of them); nullptr on error.
   PyObject* adopt_value(const c10::IValue& value) {
@@ -355,9 +397,13 @@ class Results {
       if (!t.defined()) {
         return append(outputs, Py_None) ? Py_NewRef(Py_None) : nullptr;
       }
-      PyObject* out = adopt(t);
-      if (out == nullptr || !append(outputs, out) || !append(fresh, out)) {
-        Py_XDECREF(out);
+      PyObject* storage = nullptr;
+      PyObject* out = adopt(t, &storage);
+      if (out == nullptr) return nullptr;
+      storages.emplace_back(py::reinterpret_steal<py::object>(storage),
+                            static_cast<int64_t>(t.storage().nbytes()));
+      if (!append(outputs, out) || !append(fresh, out)) {
+        Py_DECREF(out);
         return nullptr;
       }
       return out;
@@ -401,12 +447,154 @@ class Results {
   }
 };
 
+// ---- the fast launch ----------------------------------------------------------------------
+
+PyObject* s_capture = nullptr;
+PyObject* s_npu = nullptr;
+PyObject* s_l2 = nullptr;
+PyObject* s_compiled = nullptr;
+PyObject* s_epoch = nullptr;
+PyObject* s_engine = nullptr;
+PyObject* s_bus = nullptr;
+PyObject* s_active = nullptr;
+PyObject* s_stream = nullptr;
+PyObject* s_stream_id = nullptr;
+PyObject* s_memory = nullptr;
+PyObject* s_hold = nullptr;
+PyObject* s_launch_kernel = nullptr;
+PyObject* s_attrs = nullptr;
+PyObject* s_npu_mem = nullptr;
+
+// Attribute ``name`` (an interned str) of ``obj``; throws the Python error.
+py::object get(py::handle obj, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(obj.ptr(), name);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+void put(std::string& key, int64_t value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+void put_tensor(std::string& key, const at::Tensor& t) {
+  put(key, static_cast<int64_t>(t.scalar_type()));
+  put(key, t.dim());
+  for (const int64_t size : t.sizes()) put(key, size);
+}
+
+// The key a launch is learned by: the op, the dtype and sizes of every npu input and output
+// (what the Python path's cost-cache key holds, formats being plain here), and the values at
+// the op's attribute slots as compile_cache.attributes_at takes them (the compile-cache key).
+// False when an attribute is one the key does not hold (a str, a dtype, a list: Python's path).
+bool fast_key(int op_id, const OpEntry& entry, const std::vector<PyObject*>& inputs,
+              const py::list& outputs, const py::tuple& args, std::string& key) {
+  key.reserve(16 * (inputs.size() + outputs.size() + entry.attr_slots.size()) + 32);
+  put(key, op_id);
+  for (PyObject* obj : inputs) put_tensor(key, THPVariable_Unpack(obj));
+  put(key, -1);
+  for (const auto item : outputs) {
+    if (item.is_none()) {
+      put(key, -2);
+    } else if (THPVariable_Check(item.ptr())) {
+      put_tensor(key, THPVariable_Unpack(item.ptr()));
+    } else {
+      return false;
+    }
+  }
+  put(key, -1);
+  const size_t count = args.size();
+  for (const int64_t slot : entry.attr_slots) {
+    if (static_cast<size_t>(slot) >= count) break;
+    PyObject* a = PyTuple_GET_ITEM(args.ptr(), slot);
+    if (THPVariable_Check(a)) continue;
+    if (a == Py_None) {
+      put(key, 1);
+    } else if (PyBool_Check(a)) {
+      put(key, 2);
+      put(key, a == Py_True);
+    } else if (PyLong_Check(a)) {
+      int overflow = 0;
+      const long long value = PyLong_AsLongLongAndOverflow(a, &overflow);
+      if (overflow != 0 || (value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+      }
+      put(key, 3);
+      put(key, value);
+    } else if (PyUnicode_Check(a) || THPDtype_Check(a) || PyList_Check(a) || PyTuple_Check(a)) {
+      return false;
+    }  // anything else (a float, a complex number ...) is no attribute, as in Python
+  }
+  return true;
+}
+
+// Do learned launch ``fast`` for this call: device memory for each fresh output, then each
+// kernel, as backend._finish_native does. False, with nothing done, when the state is outside
+// what was learned.
+bool fast_launch(const FastLaunch& fast, py::handle state, const Results& results) {
+  if (!get(state, s_capture).is_none()) return false;
+  const py::object npu = get(state, s_npu);
+  if (!get(npu, s_l2).is_none()) return false;
+  const py::object compiled = get(state, s_compiled);
+  if (!compiled.is(fast.compiled) || get(compiled, s_epoch).cast<int64_t>() != fast.epoch) {
+    return false;
+  }
+  const py::object engine = get(npu, s_engine);
+  const int recording = PyObject_IsTrue(get(get(engine, s_bus), s_active).ptr());
+  if (recording < 0) throw py::error_already_set();
+  if (recording && fast.fields.is_none()) return false;
+  const py::object stream = get(state, s_stream);
+  if (!results.storages.empty()) {
+    const py::object stream_id = get(stream, s_stream_id);
+    const py::object hold = get(get(npu, s_memory), s_hold);
+    for (const auto& [storage, nbytes] : results.storages) {
+      py::object held;
+      try {
+        held = hold(nbytes, stream_id, fast.name);
+      } catch (py::error_already_set& error) {
+        if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
+        throw;
+      }
+      if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) {
+        throw py::error_already_set();
+      }
+    }
+  }
+  const py::object launch = get(engine, s_launch_kernel);
+  const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
+  for (const auto kernel : fast.kernels) {
+    const py::tuple pair = py::reinterpret_borrow<py::tuple>(kernel);
+    if (recording) {
+      launch(stream, pair[0], fast.name, pair[1], fast.fields, attrs);
+    } else {
+      launch(stream, pair[0], fast.name, pair[1]);
+    }
+  }
+  return true;
+}
+
+// Teach run() the launch of key ``key`` (from run()'s result): ``kernels`` ((cost, op_type),
+// ...), the task-record ``fields`` (or None), the op's ``name``, and the compile cache and
+// epoch it was made in.
+void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
+           py::object compiled, int64_t epoch) {
+  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
+  fast_launches[std::string(key)] = FastLaunch{kernels, fields, name, compiled, epoch};
+}
+
+// Turn the fast launch on or off (off: every call returns to Python's path, as before).
+void set_fast(bool enabled) {
+  fast_enabled = enabled;
+  if (!enabled) fast_launches.clear();
+}
+
 // Run op ``op_id`` on the host views of ``args`` and ``kwargs`` (torch's boxed convention:
-// keyword-only arguments by name, trailing defaults left out). Returns (result, npu inputs,
-// outputs, fresh outputs, stale written tensors as (tensor, host view) pairs, whether an npu
-// argument is held in a private format), or None when the call is outside the plain case or
-// the CPU kernel raised.
-py::object run(int op_id, py::tuple args, py::dict kwargs) {
+// keyword-only arguments by name, trailing defaults left out) for adapter state ``state``.
+// Returns [result] when the launch was learned and done here (fast_launch); else (result, npu
+// inputs, outputs, fresh outputs, stale written tensors as (tensor, host view) pairs, whether
+// an npu argument is held in a private format, the key to learn() this launch by or None);
+// or None when the call is outside the plain case or the CPU kernel raised.
+py::object run(int op_id, py::tuple args, py::dict kwargs, py::handle state) {
   const OpEntry& entry = ops.at(static_cast<size_t>(op_id));
   const size_t given = static_cast<size_t>(args.size());
   const size_t count = entry.kinds.size();
@@ -476,16 +664,31 @@ py::object run(int op_id, py::tuple args, py::dict kwargs) {
                                   py::reinterpret_steal<py::object>(THPVariable_Wrap(v))));
     }
   }
+  py::object key = py::none();
+  std::string bytes;
+  if (fast_enabled && !unwrap.formatted && stale.empty() &&
+      fast_key(op_id, entry, unwrap.npu_inputs, results.outputs, args, bytes)) {
+    const auto found = fast_launches.find(bytes);
+    if (found != fast_launches.end() && fast_launch(found->second, state, results)) {
+      py::list done(1);
+      done[0] = result;
+      return std::move(done);
+    }
+    key = py::bytes(bytes);
+  }
   return py::make_tuple(result, inputs, results.outputs, results.fresh, stale,
-                        py::bool_(unwrap.formatted));
+                        py::bool_(unwrap.formatted), key);
 }
 
 // Take the storage allocator from ``like``, an npu tensor torch's Python backend made
-// (torch._C._acc.create_empty_tensor), so that adopt()'s storages are made the same way.
-void init(const at::Tensor& like) {
+// (torch._C._acc.create_empty_tensor), so that adopt()'s storages are made the same way; and
+// the device's out-of-memory error type with ``raise_oom``, which raises torch's for it.
+void init(const at::Tensor& like, py::object oom_type, py::object raise_oom) {
   TORCH_CHECK(like.device().type() == c10::DeviceType::PrivateUse1 && like.has_storage(),
               "init() needs an npu tensor with a storage");
   npu_allocator = like.storage().allocator();
+  device_oom = std::move(oom_type);
+  on_oom = std::move(raise_oom);
 }
 
 // An npu tensor as adopt() makes them, over a fresh CPU tensor of ``sizes`` (the self-test
@@ -503,9 +706,25 @@ py::object empty_npu(std::vector<int64_t> sizes, py::object dtype) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   npu_name = PyUnicode_InternFromString("_npu");
   fmt_name = PyUnicode_InternFromString("_npu_fmt");
+  const std::pair<PyObject**, const char*> names[] = {
+      {&s_capture, "capture"}, {&s_npu, "npu"},         {&s_l2, "l2"},
+      {&s_compiled, "compiled"}, {&s_epoch, "epoch"},   {&s_engine, "engine"},
+      {&s_bus, "bus"},         {&s_active, "active"},   {&s_stream, "stream"},
+      {&s_stream_id, "stream_id"}, {&s_memory, "memory"}, {&s_hold, "hold"},
+      {&s_launch_kernel, "launch_kernel"}, {&s_attrs, "attrs"}, {&s_npu_mem, "_npu_mem"},
+  };
+  for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
   m.def("abi_version", [] { return kAbiVersion; }, "The contract version run() keeps.");
   m.def("init", &init, "Take the npu storage allocator from an npu tensor torch made.");
+  // the learned launches hold Python objects: drop them while Python still runs
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    fast_launches.clear();
+    on_oom = py::object();
+    device_oom = py::object();
+  }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
-  m.def("run", &run, "Run a plain op on host views; (result, inputs, outputs) or None.");
+  m.def("run", &run, "Run a plain op on host views; [result], (result, inputs, ...) or None.");
+  m.def("learn", &learn, "Teach run() the launch of a key it returned.");
+  m.def("set_fast", &set_fast, "Turn the fast launch on or off.");
   m.def("empty_npu", &empty_npu, "An npu tensor as run() makes them (for the self-test).");
 }
