@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib
+import io
+import json
+import os
 import shlex
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msprof_py.collectors.config import SessionConfig
 from msprof_py.collectors.launcher import LaunchError, launch
@@ -84,9 +89,9 @@ _AFTER_RUN = (
 )
 
 
-def _import_in_background(modules: tuple[str, ...]) -> None:
+def _import_in_background(modules: tuple[str, ...]) -> threading.Thread:
     """Import ``modules`` in a daemon thread (a failure is left for the real import to
-    report)."""
+    report); the thread, started."""
 
     def load() -> None:
         for module in modules:
@@ -95,7 +100,61 @@ def _import_in_background(modules: tuple[str, ...]) -> None:
             except Exception:  # the import where the module is used says why
                 continue
 
-    threading.Thread(target=load, name="msprof-imports", daemon=True).start()
+    thread = threading.Thread(target=load, name="msprof-imports", daemon=True)
+    thread.start()
+    return thread
+
+
+def _beside(work: Callable[[], Any], what: str, inline: bool = False) -> Callable[[], Any]:
+    """Run ``work`` in a forked process while the caller goes on (the exports beside the
+    analysis: the run's end waits for the longer of the two, not their sum); returns the
+    function that waits for it and returns what ``work`` returned (JSON-able; None, with a
+    one-line warning naming ``what``, if it died). Where fork is unavailable, with one CPU, or
+    ``inline``, ``work`` runs here first.
+
+    What the child prints to ``sys.stdout`` and ``sys.stderr`` is printed by the parent when it
+    joins (so it reaches wherever the parent's streams go: a terminal, or a test's capture).
+    The child leaves with ``os._exit`` (no exit handler of the parent's runs twice); the caller
+    must have no other thread running (an import lock held by one stays held in the child)."""
+    if inline or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        result = work()
+        return lambda: result
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: do the work, hand its result and its messages over, leave
+        code = 1
+        try:
+            os.close(read_end)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                result = work()
+            payload = json.dumps([result, out.getvalue(), err.getvalue()]).encode()
+            with os.fdopen(write_end, "wb") as pipe:
+                pipe.write(payload)
+            code = 0
+        except BaseException:  # Ctrl-C, a broken pipe: the parent sees no result
+            pass
+        finally:
+            os._exit(code)
+    os.close(write_end)
+
+    def join() -> Any:
+        with os.fdopen(read_end, "rb") as answer:
+            payload = answer.read()
+        _, status = os.waitpid(pid, 0)
+        try:
+            result, out, err = json.loads(payload)
+        except ValueError:
+            code = os.waitstatus_to_exitcode(status)
+            print(f"msprof: warning: {what} ended early (exit status {code})", file=sys.stderr)
+            return None
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+        return result
+
+    return join
 
 
 def _ended(exit_code: int) -> str:
@@ -161,7 +220,7 @@ class ProfileRun:
             export=False,
         )
         report = ("msprof_py.report.build",) if self.options.report else ()
-        _import_in_background(_AFTER_RUN + report)
+        importing = _import_in_background(_AFTER_RUN + report)
         try:
             self.exit_code = launch(self.application, config)
         except LaunchError:
@@ -170,17 +229,42 @@ class ProfileRun:
         self.rank_dirs = sorted(
             p.parent.parent for p in self.folder.glob(f"*/{RAW_DIR}/{META_FILE}")
         )
-        for rank_dir in self.rank_dirs:
-            self._finish(rank_dir)
+        exported = [rank_dir for rank_dir in self.rank_dirs if self._record_exit(rank_dir)]
         self.window_error = self._window_problem()
-        if self.rank_dirs and not self._recorded_nothing:
-            if "chrome" in self.options.export:
-                self._chrome_trace()
+        analysed = bool(self.rank_dirs) and not self._recorded_nothing
+        chrome = analysed and "chrome" in self.options.export
+        importing.join(timeout=60)  # no thread may hold an import lock across a fork
+        exports = _beside(
+            lambda: self._export(exported, chrome, quiet=analysed),
+            "the exports",
+            inline=importing.is_alive(),
+        )
+        try:
+            if analysed:
+                self._analyze()
+        finally:
+            trace = exports()
+        if isinstance(trace, str):
+            self.trace = Path(trace)
+        if analysed:
             self._warn_sizes()
-            self._analyze()
             if self.options.report:
                 self._report()
         return self.exit_code
+
+    def _export(self, rank_dirs: list[Path], chrome: bool, quiet: bool) -> str | None:
+        """The Ascend export of each of ``rank_dirs`` and (``chrome``) the Chrome trace; the
+        trace's path (None when none was written). Failures are printed, never raised;
+        ``quiet``: warnings of loading the profile are left to the analysis, which loads it
+        too (a warning is told once)."""
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            for rank_dir in rank_dirs:
+                self._export_rank(rank_dir)
+            if chrome:
+                self._chrome_trace()
+        return None if self.trace is None else str(self.trace)
 
     def _window_problem(self) -> str | None:
         """Why the recorded window falls short of ``--warmup``/``--iteration`` (None if not)."""
@@ -292,7 +376,9 @@ class ProfileRun:
         except Exception as exc:  # the profile is safe; say what failed
             print(f"msprof: the HTML report failed: {_reason(exc)}", file=sys.stderr)
 
-    def _finish(self, rank_dir: Path) -> None:
+    def _record_exit(self, rank_dir: Path) -> bool:
+        """Write the application's exit code (and a killed run's status) into the rank's
+        ``meta.json``; whether the rank has rows to export."""
         from msprof_py.profile import ProfileError
         from msprof_py.profile.meta import MetaError, parse_meta
 
@@ -318,9 +404,11 @@ class ProfileRun:
             print(f"msprof: could not record the exit code in {meta_path}: {_reason(exc)}",
                   file=sys.stderr)  # fmt: skip
         if "rows" in meta and not any(meta["rows"].values()):
-            return  # no rows (--warmup skipped every step): nothing to export
-        if "ascend" not in self.options.export:
-            return
+            return False  # no rows (--warmup skipped every step): nothing to export
+        return "ascend" in self.options.export
+
+    def _export_rank(self, rank_dir: Path) -> None:
+        """The rank's Ascend-compatible profile directories."""
         from msprof_py.exporters import export_run
 
         try:
