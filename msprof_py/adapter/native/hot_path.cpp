@@ -669,7 +669,8 @@ py::object run(int op_id, py::tuple args, py::dict kwargs, py::handle state) {
   if (fast_enabled && !unwrap.formatted && stale.empty() &&
       fast_key(op_id, entry, unwrap.npu_inputs, results.outputs, args, bytes)) {
     const auto found = fast_launches.find(bytes);
-    if (found != fast_launches.end() && fast_launch(found->second, state, results)) {
+    // a copy: the allocator's and engine's callbacks run Python, which may learn() meanwhile
+    if (found != fast_launches.end() && fast_launch(FastLaunch(found->second), state, results)) {
       py::list done(1);
       done[0] = result;
       return std::move(done);
