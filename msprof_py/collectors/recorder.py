@@ -40,6 +40,7 @@ from msprof_py.profile.schema import NO_ID
 from msprof_py.profile.writer import CLOCK_EVERY, RawWriter
 
 _size = torch._C.TensorBase.size
+_TENSOR = torch.Tensor
 _current_node = torch._C._current_autograd_node
 _peek_sequence = torch.autograd._get_sequence_nr
 
@@ -92,7 +93,7 @@ def _joined(names: tuple[str, ...]) -> str:
 
 def _arg_shapes(args: tuple) -> tuple[str, str]:
     # not a.shape: an UninitializedParameter refuses it
-    key = tuple((_size(a), a.dtype) for a in args if isinstance(a, torch.Tensor))
+    key = tuple([(_size(a), a.dtype) for a in args if isinstance(a, _TENSOR)])
     found = _arg_text.get(key)
     if found is None:
         found = (
@@ -170,11 +171,14 @@ def _attr_columns(attrs: dict[str, object] | None) -> tuple:
 
 class _RowState:
     """What the rows being written read now: the step, the host op open now (its event id
-    is the ``parent`` of what it launches), the next event id, and whether task and launch
-    and memory rows are recorded now. The compiled ``RowSink`` has the same fields (the cores
-    write their rows from them); this is its stand-in where it is not built or not used."""
+    is the ``parent`` of what it launches), the next event id, and whether task, launch
+    and memory rows are recorded now; and the open host op's row, written at its end. The
+    compiled ``RowSink`` has the same fields and methods (the cores write their rows from
+    them); this is its stand-in where it is not built or not used."""
 
     __slots__ = (
+        "_op",
+        "_writer",
         "api_on",
         "memory_on",
         "next_event",
@@ -184,7 +188,8 @@ class _RowState:
         "tasks_recorded",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, writer: RawWriter) -> None:
+        self._writer = writer
         self.step = 0
         self.parent = NO_ID
         self.next_event = 0
@@ -192,6 +197,32 @@ class _RowState:
         self.tasks_on = False
         self.api_on = False
         self.memory_on = False
+        #: (name, start, thread, shapes, dtypes, module, sequence, module path, stack)
+        self._op: tuple | None = None
+
+    def op_begin(self, *fields: Any) -> None:
+        """A host op opens (see ``RowSink.op_begin``): it takes the next event id."""
+        self._op = fields
+        self.parent = self.next_event
+        self.next_event += 1
+
+    def op_close(self) -> None:
+        """No host op is open (the step is not recorded)."""
+        self._op = None
+        self.parent = NO_ID
+
+    def op_end(self, end: int) -> None:
+        """The open host op returned at ``end``: its ``host_events`` row."""
+        op = self._op
+        if op is None:
+            return
+        event_id = self.parent
+        self._op = None
+        self.parent = NO_ID
+        name, start, thread, shapes, dtypes, module, sequence, module_path, stack = op
+        row = (event_id, "op", name, start, end, thread, -1, NO_ID, NO_ID, self.step,
+               shapes, dtypes, module, sequence, module_path, stack)  # fmt: skip
+        self._writer.append("host_events", row)
 
 
 def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
@@ -275,12 +306,10 @@ class Recorder:
         #: the compiled sink the engine core writes launch rows into while this recorder is
         #: the bus's only subscriber (:class:`~msprof_py.device.records.RecordBus`), or None
         self.direct_sink = _row_sink(writer, self._thread)
-        self._live: Any = self.direct_sink if self.direct_sink is not None else _RowState()
+        self._live: Any = self.direct_sink if self.direct_sink is not None else _RowState(writer)
         self._step_start = 0
         self._explicit_steps = False
         self._last_source = ""
-        #: [event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack]
-        self._open_op: list = []
         #: the modules running now (the session's module hooks keep it)
         self.modules = ModuleStack()
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
@@ -391,28 +420,22 @@ class Recorder:
         """An ATen op (or copy, fused op ...) starts on the host."""
         live = self._live
         if not self.recording:
-            self._open_op = []
-            live.parent = NO_ID
+            live.op_close()
             return
         shapes, dtypes = _arg_shapes(args)
         modules = self.modules
-        event_id = live.next_event
-        live.next_event = event_id + 1
-        live.parent = event_id
-        sequence = _sequence_number()
         stacks = self.stacks
-        self._open_op = [
-            event_id,
+        live.op_begin(
             name,
             self._clock(),
             self._thread(),
             shapes,
             dtypes,
             modules.class_path,
-            sequence,
+            _sequence_number(),
             modules.instance_path,
             stacks.capture(sys._getframe(1)) if stacks is not None else "",
-        ]
+        )
 
     def _logical_thread(self) -> int:
         ident = threading.get_ident()
@@ -437,34 +460,8 @@ class Recorder:
             self._meta["threads"] = names
 
     def op_end(self) -> None:
-        """The op returned."""
-        op = self._open_op
-        if not op:
-            return
-        self._open_op = []
-        self._live.parent = NO_ID
-        event_id, name, start, thread, shapes, dtypes, module, sequence, module_path, stack = op
-        self.writer.append(
-            "host_events",
-            (
-                event_id,
-                "op",
-                name,
-                start,
-                self._clock(),
-                thread,
-                -1,
-                NO_ID,
-                NO_ID,
-                self.step,
-                shapes,
-                dtypes,
-                module,
-                sequence,
-                module_path,
-                stack,
-            ),
-        )
+        """The op returned: its ``host_events`` row."""
+        self._live.op_end(self._clock())
 
     def annotation(self, name: str, start: int, end: int, step: int | None = None) -> int | None:
         """A user range (``msprof_py.annotate``, ``record_function``), in the step it began;

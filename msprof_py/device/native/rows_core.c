@@ -448,7 +448,8 @@ static PyTypeObject RowBufferType = {
  * The recorder's per-launch rows (the kernel's `tasks` row and its `launch` host event), written
  * by the engine core's launch_kernel straight into the recorder's buffers instead of as two
  * record objects delivered through the bus to Python, and the `memory` rows of the allocator
- * core's events. The recorder keeps the state those rows
+ * core's events. The recorder's host-op rows go through it too (op_begin/op_end: it keeps the
+ * open op's fields and writes the row at its end, without a Python tuple). The recorder keeps the state those rows
  * read here (step, parent op, next event id, what is recorded now), so both paths give the same
  * rows; it asks the bus to use the sink only while it is the bus's one subscriber.
  */
@@ -477,6 +478,9 @@ typedef struct {
     PyObject *attrs;       /* dict: id(attrs) -> (attrs, seven columns) */
     PyObject *type_members, *type_texts; /* task type members and their column texts */
     PyObject *action_members, *action_texts; /* memory actions and their column texts */
+    /* the host op open now (op_begin .. op_end): its event id is `parent`; `op` holds
+       (name, start, thread, shapes, dtypes, module, sequence, module path, stack), or NULL */
+    PyObject *op;
 } RowSinkObject;
 
 static PyTypeObject RowSinkType;
@@ -487,7 +491,7 @@ static int has_kinds(const RowBufferObject *b, const char *kinds) {
         if (b->cols[i].kind != kinds[i]) return 0;
     return 1;
 }
-static PyObject *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events, *s_memory, *s_task_type_a,
+static PyObject *s_op, *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events, *s_memory, *s_task_type_a,
     *s_block_dim_a, *s_flops, *s_bytes, *s_cube_ns, *s_vector_ns, *s_memory_ns;
 
 static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
@@ -505,6 +509,7 @@ static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->type_texts);
     Py_VISIT(self->action_members);
     Py_VISIT(self->action_texts);
+    Py_VISIT(self->op);
     return 0;
 }
 
@@ -523,6 +528,7 @@ static int RowSink_clear(RowSinkObject *self) {
     Py_CLEAR(self->type_texts);
     Py_CLEAR(self->action_members);
     Py_CLEAR(self->action_texts);
+    Py_CLEAR(self->op);
     return 0;
 }
 
@@ -801,6 +807,76 @@ int sink_memory(PyObject *sink, long long time_ns, PyObject *action, long long a
     return sink_after_row(self, b, s_memory);
 }
 
+#define OP_FIELDS 9
+
+/* op_begin(name, start, thread, shapes, dtypes, module, sequence, module_path, stack): a host
+   op opens (Recorder.op_begin computed the fields); it takes the next event id and is the
+   parent of what it launches until op_end. */
+static PyObject *RowSink_op_begin(RowSinkObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != OP_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "op_begin(name, start, thread, shapes, dtypes, module, "
+                                         "sequence, module_path, stack)");
+        return NULL;
+    }
+    PyObject *op = PyTuple_New(OP_FIELDS);
+    if (op == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < OP_FIELDS; i++) PyTuple_SET_ITEM(op, i, Py_NewRef(args[i]));
+    Py_XSETREF(self->op, op);
+    self->parent = self->next_event++;
+    Py_RETURN_NONE;
+}
+
+/* op_close(): no host op is open (the step is not recorded). */
+static PyObject *RowSink_op_close(RowSinkObject *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->op);
+    self->parent = -1;
+    Py_RETURN_NONE;
+}
+
+/* op_end(end): the open host op returned at host time `end`: its host_events row. */
+static PyObject *RowSink_op_end(RowSinkObject *self, PyObject *end_obj) {
+    PyObject *op = self->op;
+    if (op == NULL) Py_RETURN_NONE;
+    const long long event_id = self->parent;
+    self->op = NULL; /* owned here until the row is written */
+    self->parent = -1;
+    PyObject *result = NULL;
+    long long end = PyLong_AsLongLong(end_obj);
+    if (end == -1 && PyErr_Occurred()) goto done;
+    if (self->failed) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    RowBufferObject *b = self->host_events;
+    Value v[HOST_COLUMNS];
+    v[0].q = event_id;
+    v[4].q = end;
+    v[6].q = -1;
+    v[7].q = -1;
+    v[8].q = -1;
+    v[9].q = self->step;
+    /* name, start, thread, shapes, dtypes, module, sequence, module path, stack */
+    static const Py_ssize_t column[OP_FIELDS] = {2, 3, 5, 10, 11, 12, 13, 14, 15};
+    if (put_text(b, v, 1, s_op) < 0) goto done;
+    for (Py_ssize_t i = 0; i < OP_FIELDS; i++)
+        if (convert(&b->cols[column[i]], PyTuple_GET_ITEM(op, i), &v[column[i]]) < 0) goto done;
+    if (write_row(b, v, NULL) < 0 || sink_after_row(self, b, s_host_events) < 0) goto done;
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(op);
+    return result;
+}
+
+static PyMethodDef RowSink_methods[] = {
+    {"op_begin", (PyCFunction)(void (*)(void))RowSink_op_begin, METH_FASTCALL,
+     "A host op opens: (name, start, thread, shapes, dtypes, module, sequence, module_path, "
+     "stack)."},
+    {"op_end", (PyCFunction)RowSink_op_end, METH_O, "The open host op returned at `end`."},
+    {"op_close", (PyCFunction)RowSink_op_close, METH_NOARGS, "No host op is open."},
+    {NULL, NULL, 0, NULL},
+};
+
 int is_row_sink(PyObject *obj) { return Py_IS_TYPE(obj, &RowSinkType); }
 
 static PyMemberDef RowSink_members[] = {
@@ -830,6 +906,7 @@ static PyTypeObject RowSinkType = {
     .tp_traverse = (traverseproc)RowSink_traverse,
     .tp_clear = (inquiry)RowSink_clear,
     .tp_members = RowSink_members,
+    .tp_methods = RowSink_methods,
 };
 
 int add_row_types(PyObject *m) {
@@ -837,7 +914,7 @@ int add_row_types(PyObject *m) {
         PyObject **slot;
         const char *text;
     } names[] = {
-        {&s_kernel, "kernel"},     {&s_launch, "launch"},         {&s_empty, ""},
+        {&s_op, "op"},             {&s_kernel, "kernel"},     {&s_launch, "launch"},         {&s_empty, ""},
         {&s_tasks, "tasks"},       {&s_host_events, "host_events"}, {&s_memory, "memory"}, {&s_task_type_a, "task_type"},
         {&s_block_dim_a, "block_dim"}, {&s_flops, "flops"},        {&s_bytes, "bytes"},
         {&s_cube_ns, "cube_ns"},   {&s_vector_ns, "vector_ns"},   {&s_memory_ns, "memory_ns"},
