@@ -297,9 +297,12 @@ class HcclWork(dist.Work):
         done: Event | None,
         *,
         host_sync: bool = False,
+        pending: weakref.ref[_Pending] | None = None,
     ) -> None:
         super().__init__()
         self._future = future
+        #: the gloo callback's marker (see :func:`_until_released`)
+        self._pending = pending
         self._done = done
         self._host_sync = host_sync
         #: ids of the streams already made to wait for this collective
@@ -309,6 +312,8 @@ class HcclWork(dist.Work):
 
     def _wait_on_device(self) -> None:
         """Make the current stream wait for the HCCL task (and the host, for a barrier)."""
+        if self._future.done():
+            _until_released(self._pending)
         if self._done is None:
             return
         state = runtime.state()
@@ -376,33 +381,60 @@ def _finished(value: Any) -> torch.futures.Future:
 
 def _after(
     work: dist.Work, value: Any, finish: Callable[[], None] | None = None
-) -> torch.futures.Future:
-    """A future completing with ``value`` when gloo's ``work`` has, raising what gloo raised.
+) -> tuple[torch.futures.Future, weakref.ref[_Pending] | None]:
+    """A future completing with ``value`` when gloo's ``work`` has, raising what gloo raised;
+    and a weak reference to the marker its callback holds (None when no callback was attached),
+    for :func:`_until_released`.
 
-    The callback runs on a gloo thread: it touches host memory only, never the device.
+    The callback runs on a gloo thread: it touches host memory only, never the device. It
+    moves the value and the future out of its boxes as it completes the future, so that once
+    gloo's thread has dropped it, nothing there refers to the collective's tensors: the main
+    thread drops the last reference, and frees them in program order.
     """
 
     pending = _Pending()
-
-    def done(f: torch.futures.Future) -> Any:
-        try:
-            f.wait()  # re-raises a peer's failure (without it an error would be swallowed)
-        except BaseException:
-            pending.failed = True  # its traceback keeps this callback alive: do not wait for it
-            raise
-        if finish is not None:
-            finish()
-        return value
-
     try:
-        future = work.get_future()
+        gloo_future = work.get_future()
     except RuntimeError:  # a gloo work without a future: wait for it here
         work.wait()
         if finish is not None:
             finish()
-        return _finished(value)
+        return _finished(value), None
+    result: torch.futures.Future = torch.futures.Future()
+    future_box, value_box = [result], [value]
+
+    def done(f: torch.futures.Future) -> None:
+        out, values = future_box.pop(), value_box.pop()
+        try:
+            f.wait()  # re-raises a peer's failure (without it an error would be swallowed)
+            if finish is not None:
+                finish()
+        except BaseException as exc:
+            pending.failed = True  # its traceback keeps this callback alive: do not wait for it
+            out.set_exception(exc)
+            return
+        out.set_result(values)
+
     _PENDING.add(pending)
-    return future.then(done)
+    gloo_future.add_done_callback(done)
+    return result, weakref.ref(pending)
+
+
+def _until_released(pending: weakref.ref[_Pending] | None, timeout_s: float = 1.0) -> None:
+    """Wait (real time, briefly) until gloo's thread has dropped the callback that delivered a
+    collective's values. The callback holds the collective's tensors, and whichever thread
+    drops the last reference frees them: without this wait a free fell on gloo's thread or on
+    the main thread by timing, and the memory rows of a deterministic run changed order from
+    run to run. A callback that raised is kept alive by its traceback: no wait for it."""
+    if pending is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        marker = pending()
+        if marker is None or marker.failed or time.monotonic() > deadline:
+            return
+        del marker  # a strong reference here would keep it alive
+        time.sleep(0)  # lets gloo's thread take the GIL and drop the callback
 
 
 def _drain_callbacks(timeout_s: float = 10.0) -> None:
@@ -520,12 +552,13 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             raise
         finally:
             state.leave()
+        pending = None
         if everywhere:
-            future = _after(gloo_call(), value, finish)
+            future, pending = _after(gloo_call(), value, finish)
         else:  # shapes only on some rank: no values to move
             unwrap.unknown_results()
             future = _finished(value)
-        work = HcclWork(future, done, host_sync=barrier)
+        work = HcclWork(future, done, host_sync=barrier, pending=pending)
         if done is not None and _in_backward():
             # DDP consumes gradient all-reduces through the future, at the end of backward
             torch.autograd.Variable._execution_engine.queue_callback(work._wait_on_device)

@@ -46,3 +46,36 @@ def test_tables_and_gate_figures_do_not_depend_on_hash_seed_threads_or_environme
     assert here["rows"]["tasks"] > 0 and here["rows"]["steps"] == 3
     assert here["figures"], "no gate figures were computed"
     assert here == there
+
+
+def _ddp_tables(out: Path) -> dict[str, dict[str, object]]:
+    """Every raw table of every rank of a deterministic msprof run of the DDP sample."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sample = HERE.parents[1] / "sample_runs" / "train_ddp.py"
+    command = [sys.executable, "-m", "msprof_py.cli_entry", f"--output={out}", "--deterministic"]
+    command += ["--export=none", "--no-report", "python", str(sample), "--steps", "2"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tables: dict[str, dict[str, object]] = {}
+    for raw in sorted(out.glob("*/*/msprof_raw")):
+        rank = json.loads((raw / "meta.json").read_text())["rank"]
+        names = sorted({p.name.rsplit("-", 1)[0] for p in raw.glob("*.parquet")})
+        tables[str(rank)] = {
+            name: pa.concat_tables(
+                [pq.read_table(p) for p in sorted(raw.glob(f"{name}-*.parquet"))]
+            ).to_pydict()
+            for name in names
+        }
+    return tables
+
+
+def test_a_data_parallel_run_records_the_same_tables_twice(tmp_path: Path) -> None:
+    """Two ranks over gloo: the tensors a collective delivers are released by the main thread
+    in program order (gloo's callback thread drops its references first), so the allocator's
+    frees keep their order from run to run."""
+    first, second = _ddp_tables(tmp_path / "one"), _ddp_tables(tmp_path / "two")
+    assert sorted(first) == ["0", "1"]
+    assert first["1"]["memory"]["action"].count("free") > 10
+    assert first == second
