@@ -174,3 +174,17 @@ def test_without_a_usable_build_the_python_cores_run(
             check=True,
         )
         assert done.stdout.split()[:3] == ["True", "True", "Python"], done.stdout
+
+
+def test_a_lazy_build_imports_once_and_says_why() -> None:
+    calls: list[int] = []
+
+    def importer() -> tuple[object | None, str]:
+        calls.append(1)
+        return None, "not built (no module)"
+
+    build = native.LazyBuild(importer)  # type: ignore[arg-type]
+    assert build.status() == "Python (not built (no module))"
+    assert build.load() is None and len(calls) == 1  # looked up once
+    build.disable("self-test failed: strides differ")
+    assert build.status() == "Python (self-test failed: strides differ)" and len(calls) == 1

@@ -21,17 +21,13 @@ from types import ModuleType
 
 import torch
 
-from msprof_py.device.native import build_dir, import_build
+from msprof_py.device.native import LazyBuild, build_dir, import_build
 
 SOURCE = Path(__file__).with_name("hot_path.cpp")
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
 ABI_VERSION = 5
 _RECORD = "build.json"
-
-_loaded: ModuleType | None = None
-_reason = "not loaded yet"
-_tried = False
 
 
 def source_digest() -> str:
@@ -79,15 +75,14 @@ def _import(folder: Path) -> tuple[ModuleType | None, str]:
     )
 
 
-def load() -> ModuleType | None:
-    """The compiled module, or None when the Python path runs (:func:`status` says why).
-
-    Looked up once per process."""
-    global _loaded, _reason, _tried
-    if not _tried:
-        _tried = True
-        _loaded, _reason = _import(build_dir())
-    return _loaded
+_BUILD = LazyBuild(lambda: _import(build_dir()))
+#: the compiled module, or None when the Python path runs (:func:`status` says why); looked up
+#: once per process
+load = _BUILD.load
+#: use the Python path from now on (the self-test failed)
+disable = _BUILD.disable
+#: which per-op path runs, and why (for ``msprof doctor`` and the benchmarks)
+status = _BUILD.status
 
 
 def self_test(module: ModuleType) -> str | None:
@@ -110,18 +105,6 @@ def self_test(module: ModuleType) -> str | None:
     if getattr(ours.untyped_storage(), "_npu", None) is None:
         return "its tensors have no backing storage"
     return None
-
-
-def disable(reason: str) -> None:
-    """Use the Python path from now on (the self-test failed)."""
-    global _loaded, _reason
-    _loaded, _reason = None, reason
-
-
-def status() -> str:
-    """Which per-op path runs, and why (for ``msprof doctor`` and the benchmarks)."""
-    load()
-    return _reason if _loaded is not None else f"Python ({_reason})"
 
 
 def _why(exc: BaseException) -> str:

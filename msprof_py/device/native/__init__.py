@@ -29,6 +29,7 @@ import shlex
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -39,10 +40,6 @@ MODULE_NAME = "msprof_device_core"
 #: the contract version this Python side expects (``ABI_VERSION`` in the source)
 ABI_VERSION = 2
 _RECORD = "device-core.json"
-
-_loaded: ModuleType | None = None
-_reason = "not loaded yet"
-_tried = False
 
 
 def build_dir() -> Path:
@@ -132,27 +129,46 @@ def import_build(
     return module, f"compiled ({path})"
 
 
+class LazyBuild:
+    """A compiled module imported on first use, once per process, with why it is (not) in use:
+    the device cores' and the adapter's per-op path each keep one."""
+
+    def __init__(self, importer: Callable[[], tuple[ModuleType | None, str]]) -> None:
+        self._importer = importer
+        self._module: ModuleType | None = None
+        self._reason = "not loaded yet"
+        self._tried = False
+
+    def load(self) -> ModuleType | None:
+        """The compiled module, or None when the Python code runs (:meth:`status` says why)."""
+        if not self._tried:
+            self._tried = True
+            self._module, self._reason = self._importer()
+        return self._module
+
+    def disable(self, reason: str) -> None:
+        """Run the Python code from now on, because of ``reason``."""
+        self._tried = True
+        self._module, self._reason = None, reason
+
+    def status(self) -> str:
+        """Which code runs (compiled or Python), and why."""
+        self.load()
+        return self._reason if self._module is not None else f"Python ({self._reason})"
+
+
 def _import(folder: Path) -> tuple[ModuleType | None, str]:
     return import_build(
         MODULE_NAME, _module_path(folder), folder / _RECORD, source_digest(), ABI_VERSION
     )
 
 
-def load() -> ModuleType | None:
-    """The compiled module, or None when the Python core runs (:func:`status` says why).
-
-    Looked up once per process."""
-    global _loaded, _reason, _tried
-    if not _tried:
-        _tried = True
-        _loaded, _reason = _import(build_dir())
-    return _loaded
-
-
-def status() -> str:
-    """Which device cores run (compiled or Python), and why (for the benchmarks)."""
-    load()
-    return _reason if _loaded is not None else f"Python ({_reason})"
+_BUILD = LazyBuild(lambda: _import(build_dir()))
+#: the compiled module, or None when the Python cores run (:func:`status` says why); looked up
+#: once per process
+load = _BUILD.load
+#: which device cores run (compiled or Python), and why (for the benchmarks)
+status = _BUILD.status
 
 
 def main(argv: list[str] | None = None) -> int:

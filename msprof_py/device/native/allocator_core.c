@@ -75,10 +75,10 @@ typedef struct {
 } AllocatorObject;
 
 static PyTypeObject AllocatorType;
-static PyObject *s_bus_attr, *s_active_attr, *s_direct_attr, *s_clock_attr;
+static PyObject *s_bus_attr, *s_active_attr, *s_clock_attr;
 
 /* rows_core.c: the recorder's direct row sink */
-int is_row_sink(PyObject *obj);
+PyObject *bus_sink(PyObject *bus);
 int sink_memory(PyObject *sink, long long time_ns, PyObject *action, long long address,
                 long long size, long long allocated, long long reserved, long long stream_id,
                 PyObject *tag);
@@ -276,8 +276,8 @@ static int emit(AllocatorObject *self, int action, long long address, long long 
         return 0;
     }
     PyObject *action_obj = PyTuple_GET_ITEM(self->actions, action);
-    PyObject *direct = PyObject_GetAttr(bus, s_direct_attr);
-    if (direct != NULL && is_row_sink(direct)) {
+    PyObject *direct = bus_sink(bus);
+    if (direct != NULL) {
         PyObject *clock = PyObject_GetAttr((PyObject *)self, s_clock_attr);
         PyObject *now = clock != NULL ? PyObject_CallNoArgs(clock) : NULL;
         long long time_ns = now != NULL ? PyLong_AsLongLong(now) : -1;
@@ -291,14 +291,10 @@ static int emit(AllocatorObject *self, int action, long long address, long long 
         Py_DECREF(bus);
         return rc;
     }
-    if (direct == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            Py_DECREF(bus);
-            return -1;
-        }
-        PyErr_Clear(); /* a bus without a direct sink */
+    if (PyErr_Occurred()) {
+        Py_DECREF(bus);
+        return -1;
     }
-    Py_XDECREF(direct);
     PyObject *flag = PyObject_GetAttr(bus, s_active_attr);
     int active = flag == NULL ? -1 : PyObject_IsTrue(flag);
     Py_XDECREF(flag);
@@ -933,7 +929,6 @@ static PyTypeObject AllocatorType = {
 int add_allocator_types(PyObject *m) {
     if ((s_bus_attr = PyUnicode_InternFromString("_bus")) == NULL ||
         (s_active_attr = PyUnicode_InternFromString("active")) == NULL ||
-        (s_direct_attr = PyUnicode_InternFromString("direct")) == NULL ||
         (s_clock_attr = PyUnicode_InternFromString("_clock")) == NULL)
         return -1;
     if (PyType_Ready(&BlockViewType) < 0 || PyType_Ready(&HandleType) < 0 ||

@@ -387,13 +387,13 @@ typedef struct {
 } CoreObject;
 
 /* rows_core.c: the recorder's direct row sink */
-int is_row_sink(PyObject *obj);
+PyObject *bus_sink(PyObject *bus);
 int sink_kernel(PyObject *sink, long long host_start, long long host_end, long long stream_id,
                 long long task_id, long long launch, long long start, long long end,
                 long long wait, PyObject *cost, PyObject *name, PyObject *op_type,
                 PyObject *tensors, PyObject *attrs);
 
-static PyObject *s_direct, *s_bus, *s_active, *s_task_type, *s_block_dim, *s_duration_ns, *s_on_block,
+static PyObject *s_bus, *s_active, *s_task_type, *s_block_dim, *s_duration_ns, *s_on_block,
     *s_demand, *s_emit_kernel, *s_stream_full, *s_queue_full;
 
 static int Core_traverse(CoreObject *self, visitproc visit, void *arg) {
@@ -758,8 +758,8 @@ static PyObject *Core_launch_kernel(CoreObject *self, PyObject *const *args, Py_
     const long long task_id = core_new_task_id(self);
     PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus);
     if (bus == NULL) return NULL;
-    PyObject *direct = PyObject_GetAttr(bus, s_direct);
-    if (direct != NULL && is_row_sink(direct)) {
+    PyObject *direct = bus_sink(bus);
+    if (direct != NULL) {
         /* the recorder is the one subscriber: its rows, written here (no record objects) */
         Py_DECREF(bus);
         const int written = sink_kernel(direct, host_start, self->host_ns, s->stream_id, task_id,
@@ -769,14 +769,10 @@ static PyObject *Core_launch_kernel(CoreObject *self, PyObject *const *args, Py_
         if (written < 0) return NULL;
         Py_RETURN_NONE;
     }
-    if (direct == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            Py_DECREF(bus);
-            return NULL;
-        }
-        PyErr_Clear(); /* a bus without a direct sink */
+    if (PyErr_Occurred()) {
+        Py_DECREF(bus);
+        return NULL;
     }
-    Py_XDECREF(direct);
     PyObject *active_obj = PyObject_GetAttr(bus, s_active);
     Py_DECREF(bus);
     if (active_obj == NULL) return NULL;
@@ -877,7 +873,6 @@ PyMODINIT_FUNC PyInit_msprof_device_core(void) {
         const char *text;
     } names[] = {
         {&s_bus, "bus"},
-        {&s_direct, "direct"},
         {&s_active, "active"},
         {&s_task_type, "task_type"},
         {&s_block_dim, "block_dim"},

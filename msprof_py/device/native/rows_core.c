@@ -491,8 +491,10 @@ static int has_kinds(const RowBufferObject *b, const char *kinds) {
         if (b->cols[i].kind != kinds[i]) return 0;
     return 1;
 }
-static PyObject *s_op, *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events, *s_memory, *s_task_type_a,
-    *s_block_dim_a, *s_flops, *s_bytes, *s_cube_ns, *s_vector_ns, *s_memory_ns;
+
+static PyObject *s_direct, *s_op, *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events,
+    *s_memory, *s_task_type_a, *s_block_dim_a, *s_flops, *s_bytes, *s_cube_ns, *s_vector_ns,
+    *s_memory_ns;
 
 static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->tasks);
@@ -877,7 +879,17 @@ static PyMethodDef RowSink_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-int is_row_sink(PyObject *obj) { return Py_IS_TYPE(obj, &RowSinkType); }
+/* The RowSink record bus `bus` offers as `direct` (a new reference); NULL when it offers none
+   (no error set: a bus without the attribute counts as none) or on an error (set). */
+PyObject *bus_sink(PyObject *bus) {
+    PyObject *direct = PyObject_GetAttr(bus, s_direct);
+    if (direct == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+        return NULL;
+    }
+    if (!Py_IS_TYPE(direct, &RowSinkType)) Py_CLEAR(direct);
+    return direct;
+}
 
 static PyMemberDef RowSink_members[] = {
     {"step", T_LONGLONG, offsetof(RowSinkObject, step), 0, "the `step` column of new rows"},
@@ -914,10 +926,14 @@ int add_row_types(PyObject *m) {
         PyObject **slot;
         const char *text;
     } names[] = {
-        {&s_op, "op"},             {&s_kernel, "kernel"},     {&s_launch, "launch"},         {&s_empty, ""},
-        {&s_tasks, "tasks"},       {&s_host_events, "host_events"}, {&s_memory, "memory"}, {&s_task_type_a, "task_type"},
-        {&s_block_dim_a, "block_dim"}, {&s_flops, "flops"},        {&s_bytes, "bytes"},
-        {&s_cube_ns, "cube_ns"},   {&s_vector_ns, "vector_ns"},   {&s_memory_ns, "memory_ns"},
+        {&s_direct, "direct"},         {&s_op, "op"},
+        {&s_kernel, "kernel"},         {&s_launch, "launch"},
+        {&s_empty, ""},                {&s_tasks, "tasks"},
+        {&s_host_events, "host_events"}, {&s_memory, "memory"},
+        {&s_task_type_a, "task_type"}, {&s_block_dim_a, "block_dim"},
+        {&s_flops, "flops"},           {&s_bytes, "bytes"},
+        {&s_cube_ns, "cube_ns"},       {&s_vector_ns, "vector_ns"},
+        {&s_memory_ns, "memory_ns"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return -1;
