@@ -174,6 +174,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
             [i for i, _ in writes],
             [-1 if alias is None else writes[alias][0] for alias in aliases],
             list(plan.attr_slots),
+            plan.name,
         )
     return plan
 
@@ -209,6 +210,8 @@ def replace_host_call(op: torch._ops.OpOverload, call: Callable[..., Any]) -> No
     the Python path, which makes that call)."""
     plan = plan_of(op)
     plan.host_call = call
+    if plan.native >= 0 and NATIVE is not None:
+        NATIVE.drop_op(plan.native)  # the compiled kernel no longer runs it either
     plan.native = -1
 
 
@@ -233,6 +236,20 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
             if found is not None:
                 return _finish_native(state, plan, found, args)
         return execute(state, plan, args, kwargs)
+    finally:
+        state.leave()
+
+
+def finish_call(op: torch._ops.OpOverload, found: tuple, args: tuple) -> Any:
+    """The compiled kernel ran ``op``'s host half for a launch it has not learned yet (see
+    ``hot_path.cpp``): what the Python path does after it (``found`` as ``NATIVE.run`` gives
+    it; ``args`` in torch's boxed convention)."""
+    state = runtime.STATE
+    assert state is not None
+    plan = _PLANS.get(op) or plan_of(op)
+    state.enter(plan.name, args)
+    try:
+        return _finish_native(state, plan, found, args)
     finally:
         state.leave()
 

@@ -291,19 +291,25 @@ def _runs_whole(name: str) -> bool:
 
 def register() -> None:
     """Register the fallback and the explicit kernels (once per process)."""
-    fallback_lib = torch.library.Library("_", "IMPL")
-    fallback_lib.fallback(backend.fallback, "PrivateUse1")
     autocast = torch.library.Library("_", "IMPL")
     autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     impl = torch.library.Library("aten", "IMPL")
-    _LIBRARIES.extend([fallback_lib, autocast, impl])
+    _LIBRARIES.extend([autocast, impl])
 
-    for name in torch._C._dispatch_get_all_op_names():
-        whole = _runs_whole(name)
-        if whole:
-            packet, _, overload = name[len("aten::") :].partition(".")
+    names = torch._C._dispatch_get_all_op_names()
+    whole = [name[len("aten::") :] for name in names if _runs_whole(name)]
+    if backend.NATIVE is not None:
+        # the compiled boxed kernel: plain ops without a Python frame, the rest handed to
+        # backend.fallback as torch's Python kernels get them
+        backend.NATIVE.install_kernels(backend.fallback, backend.finish_call, runtime, whole)
+    else:
+        fallback_lib = torch.library.Library("_", "IMPL")
+        fallback_lib.fallback(backend.fallback, "PrivateUse1")
+        _LIBRARIES.append(fallback_lib)
+        for name in whole:
+            packet, _, overload = name.partition(".")
             op = getattr(getattr(aten, packet), overload or "default")
-            impl.impl(name[len("aten::") :], backend.whole_op_kernel(op), "PrivateUse1")
+            impl.impl(name, backend.whole_op_kernel(op), "PrivateUse1")
 
     explicit = {
         "empty.memory_format": empty_memory_format,

@@ -29,32 +29,36 @@ needs_native = pytest.mark.skipif(backend.NATIVE is None, reason=native.status()
 
 
 class _Counting:
-    """Stands for the compiled module and counts the calls that it ran (not None), and those
-    it also launched itself (a learned launch)."""
+    """Stands for the compiled module; ``ran`` and ``launched`` count the calls whose host half
+    it ran (from the boxed kernel or from ``run()``) and those it also launched itself (a
+    learned launch) since it was made."""
 
     def __init__(self, module: object) -> None:
         self.module = module
-        self.ran = 0
-        self.launched = 0
+        self._start = module.counts() if module is not None else (0, 0)  # type: ignore[attr-defined]
 
-    def register_op(self, *args: object) -> int:
-        return self.module.register_op(*args)  # type: ignore[attr-defined]
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.module, name)
 
-    def learn(self, *args: object) -> None:
-        self.module.learn(*args)  # type: ignore[attr-defined]
+    @property
+    def ran(self) -> int:
+        return self.module.counts()[0] - self._start[0]  # type: ignore[attr-defined]
 
-    def run(self, op_id: int, args: tuple, kwargs: dict, state: object) -> object:
-        found = self.module.run(op_id, args, kwargs, state)  # type: ignore[attr-defined]
-        self.ran += found is not None
-        self.launched += isinstance(found, list)
-        return found
+    @property
+    def launched(self) -> int:
+        return self.module.counts()[1] - self._start[1]  # type: ignore[attr-defined]
 
 
 def _device_records(
-    fn: Callable[[], object], use_native: bool, learned: list[int] | None = None
+    fn: Callable[[], object],
+    use_native: bool,
+    learned: list[int] | None = None,
+    direct: bool = True,
 ) -> tuple[object, list, int]:
     """``fn``'s result (on CPU), the task and memory records it caused, and how many ops the
-    compiled path ran (appended to ``learned``: how many of those it also launched)."""
+    compiled path ran (appended to ``learned``: how many of those it also launched).
+    ``direct``: the compiled boxed kernel runs plain ops itself (else each op goes through the
+    Python fallback, which calls ``run()``)."""
     state = runtime.STATE
     assert state is not None
     records: list = []
@@ -62,6 +66,7 @@ def _device_records(
     counting = _Counting(backend.NATIVE)
     saved_native, saved_module = state.native, backend.NATIVE
     state.native, backend.NATIVE = use_native, counting
+    backend.NATIVE.set_direct(direct)  # type: ignore[union-attr]
     gc.collect()  # an earlier run's garbage (modules hold cycles) freed before, not during
     bus.subscribe(records.append)
     try:
@@ -71,6 +76,7 @@ def _device_records(
     finally:
         bus.unsubscribe(records.append)
         state.native, backend.NATIVE = saved_native, saved_module
+        saved_module.set_direct(True)  # type: ignore[union-attr]
     kept = [_comparable(r) for r in records if isinstance(r, (TaskRecord, MemoryRecord))]
     if learned is not None:
         learned.append(counting.launched)
@@ -183,26 +189,28 @@ CASES: list[tuple[str, Callable[[], object], bool]] = [
 
 #: cases whose ops the compiled path runs but never launches itself, and why
 NOT_LEARNED = {
-    "a dtype argument": "sum's dim is a list: an attribute the learned key does not hold",
     "out= resized": "the kernel resized its out= argument: Python follows the host view",
 }
 
 
 @needs_native
+@pytest.mark.parametrize("direct", [True, False], ids=["boxed kernel", "through run()"])
 @pytest.mark.parametrize(("name", "program", "compiled"), CASES, ids=[c[0] for c in CASES])
 def test_same_values_and_device_records_on_both_paths(
-    name: str, program: Callable[[], object], compiled: bool
+    name: str, program: Callable[[], object], compiled: bool, direct: bool
 ) -> None:
     """Each program gives bitwise the same values and the same tasks (name, type, duration,
     shapes, dtypes, formats) and memory events on the compiled path as on the Python path
-    (after a first run that brings the caching allocator to the same state for both)."""
+    (after a first run that brings the caching allocator to the same state for both), whether
+    the compiled boxed kernel runs the plain ops itself or hands them to the Python fallback,
+    which asks ``run()``."""
     _device_records(program, use_native=False)
     python_value, python_records, python_ran = _device_records(program, use_native=False)
     # twice: the first run teaches the compiled path the launches the second one does itself
     # (runs of earlier tests may have taught it some already)
     launched: list[int] = []
     for _ in range(2):
-        native_value, native_records, native_ran = _device_records(program, True, launched)
+        native_value, native_records, native_ran = _device_records(program, True, launched, direct)
         assert python_ran == 0
         assert native_ran > 0 if compiled else native_ran == 0
         _same(python_value, native_value)
@@ -396,3 +404,84 @@ def test_a_learned_launch_out_of_device_memory_raises_torchs_error(
         del hog
     assert reserved == [64 * 2**20]  # only the Python path's run reserved in Python
     assert errors[0] == errors[1] and "Tried to allocate 64.00 MiB" in errors[0]
+
+
+_SCHEMA = (
+    "convention(Tensor x, int a=1, float b=2.0, *, ScalarType? dtype=None, Layout? layout=None,"
+    " MemoryFormat? memory_format=None, int[] dims=[], bool flag=False) -> Tensor"
+)
+#: calls of the test op: the boxed kernel must hand a Python kernel what torch hands it
+_CONVENTION_CALLS: list[tuple[tuple, dict]] = [
+    ((), {}),
+    ((1,), {}),
+    ((5,), {}),
+    ((1, 2.0), {}),
+    ((1, 3.5), {}),
+    ((), {"dtype": torch.float16}),
+    ((7,), {"layout": torch.strided, "flag": True}),
+    ((), {"memory_format": torch.channels_last}),
+    ((), {"dims": [0, 1]}),
+    ((2, 2.0), {"dims": [], "flag": False}),
+]
+
+
+@needs_native
+def test_the_boxed_kernel_hands_python_kernels_what_torch_hands_them() -> None:
+    """The arguments the compiled kernel passes to the Python fallback follow torch's boxed
+    convention exactly: trailing positional defaults left out, keyword-only arguments by name
+    unless defaulted, dtypes, layouts and memory formats as torch's objects. Checked against
+    the (args, kwargs) torch itself hands a Python kernel of an op with every such argument."""
+    library = torch.library.Library("msprof_native_test", "DEF")
+    library.define(_SCHEMA)
+    seen: list[tuple[tuple, dict]] = []
+
+    def kernel(*args: object, **kwargs: object) -> torch.Tensor:
+        seen.append((args[1:], kwargs))
+        return torch.zeros(1)
+
+    library.impl("convention", kernel, "CPU")
+    x = torch.ones(2)
+    op = torch.ops.msprof_native_test.convention.default
+    for args, kwargs in _CONVENTION_CALLS:
+        seen.clear()
+        op(x, *args, **kwargs)
+        (theirs,) = seen
+        ours_args, ours_kwargs = backend.NATIVE.boxed_arguments(  # type: ignore[union-attr]
+            "msprof_native_test::convention", "", (x, *args), kwargs
+        )
+        assert ours_args[0] is x
+        assert (tuple(ours_args[1:]), ours_kwargs) == theirs, (args, kwargs)
+    library._destroy()
+
+
+@needs_native
+def test_a_plain_op_runs_without_python_once_its_launch_is_learned() -> None:
+    """With nothing listening, the compiled kernel runs a plain op's host half itself, and
+    once its launch is learned, the launch too: the Python fallback is not called."""
+    x = _x()
+    x * 3  # seen once by Python (its plan registers it), then learned
+    x * 3
+    python_frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("backend.py"):  # type: ignore[attr-defined]
+            python_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    before = backend.NATIVE.counts()  # type: ignore[union-attr]
+    sys.setprofile(profile)
+    try:
+        y = x * 3
+    finally:
+        sys.setprofile(None)
+    after = backend.NATIVE.counts()  # type: ignore[union-attr]
+    assert python_frames == []
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+    assert torch.equal(y.cpu(), x.cpu() * 3)
+    wider = torch.cat([x, x])
+    python_frames.clear()
+    sys.setprofile(profile)
+    try:
+        wider * 3  # new shapes: Python finishes after the compiled host half, and learns
+    finally:
+        sys.setprofile(None)
+    assert "finish_call" in python_frames and "fallback" not in python_frames

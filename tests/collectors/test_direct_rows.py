@@ -4,8 +4,9 @@ Where ``msprof_py/device/native`` is built, the raw writer buffers rows as typed
 (``RowBuffer``) and, while the recorder is the bus's only subscriber, the engine core writes a
 kernel launch's task and launch rows itself (``RowSink``) instead of emitting two records. Both
 must give exactly the tables the record path gives: the same program is recorded three ways
-(direct sink; record path through the compiled buffers, forced by a second subscriber; and
-everything in Python with ``MSPROF_NATIVE=0``) and every table is compared.
+(direct sink, with the compiled per-op kernel writing host op rows; the same with that kernel
+handing every op to Python; record path through the compiled buffers, forced by a second
+subscriber; and everything in Python with ``MSPROF_NATIVE=0``) and every table is compared.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msprof_py.adapter import native as adapter_native
 from msprof_py.device import RecordBus
 from msprof_py.device import native as device_native
 from msprof_py.profile.schema import RAW_DIR, TABLES, Table
 from msprof_py.profile.writer import RawWriter, _rows_to_table, new_rows, take_table
 
 CORE = device_native.load()
+ADAPTER_NATIVE = adapter_native.load()
 needs_core = pytest.mark.skipif(CORE is None, reason="compiled device cores not built")
 
 PROGRAM = """
@@ -37,10 +40,14 @@ from msprof_py.collectors.session import SessionConfig, start_session
 from msprof_py.adapter import runtime
 session = start_session(SessionConfig(output=sys.argv[1], export=False, deterministic=True,
                                       warmup=1, iteration=2))
+from msprof_py.adapter import backend
 bus = runtime.state().npu.engine.bus
 if sys.argv[2] == "records":
     runtime.state().npu.subscribe(lambda record: None)  # a second listener: no direct sink
+if sys.argv[2] == "python-kernel":
+    backend.NATIVE.set_direct(False)  # the compiled kernel hands every op to Python
 used = type(bus.direct).__name__
+before = backend.NATIVE.counts() if backend.NATIVE is not None else (0, 0, 0, 0)
 torch.manual_seed(0)
 model = torch.nn.Sequential(
     torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(),
@@ -61,11 +68,13 @@ for step in range(4):
     t.join()
     loss.item()
     msprof_py.step()
-print(json.dumps({"run": str(session.stop()), "direct": used}))
+after = backend.NATIVE.counts() if backend.NATIVE is not None else (0, 0, 0, 0)
+print(json.dumps({"run": str(session.stop()), "direct": used,
+                  "recorded_in_cpp": after[3] - before[3]}))
 """
 
 
-def _record(tmp_path: Path, mode: str) -> tuple[dict[str, pa.Table], str]:
+def _record(tmp_path: Path, mode: str) -> tuple[dict[str, pa.Table], str, int]:
     env = dict(os.environ)
     if mode == "python":
         env["MSPROF_NATIVE"] = "0"
@@ -85,21 +94,28 @@ def _record(tmp_path: Path, mode: str) -> tuple[dict[str, pa.Table], str]:
         parts = sorted(raw.glob(f"{name}-*.parquet"))
         if parts:
             tables[name] = pa.concat_tables([pq.read_table(p) for p in parts])
-    return tables, result["direct"]
+    return tables, result["direct"], result["recorded_in_cpp"]
 
 
 @needs_core
 def test_direct_rows_equal_the_record_path_and_the_python_path(tmp_path: Path) -> None:
-    direct, used = _record(tmp_path, "direct")
+    direct, used, in_cpp = _record(tmp_path, "direct")
     assert used == "RowSink"  # the engine core wrote the launch rows
-    records, used = _record(tmp_path, "records")
-    assert used == "NoneType"
-    python, _ = _record(tmp_path, "python")
-    assert direct.keys() == records.keys() == python.keys()
+    if ADAPTER_NATIVE is not None:
+        assert in_cpp > 50  # the compiled kernel wrote host op rows itself
+    records, used, _ = _record(tmp_path, "records")
+    assert used == "NoneType"  # launches recorded as records (host op rows still by the sink)
+    python, _, _ = _record(tmp_path, "python")
+    runs = {"records": records, "python": python}
+    if ADAPTER_NATIVE is not None:
+        kernel_off, used, in_cpp = _record(tmp_path, "python-kernel")
+        assert used == "RowSink" and in_cpp == 0
+        runs["python-kernel"] = kernel_off
+    for mode, tables in runs.items():
+        assert direct.keys() == tables.keys(), mode
+        for name in direct:
+            assert direct[name].equals(tables[name]), (mode, name)
     assert {"tasks", "host_events", "memory", "steps"} <= direct.keys()
-    for name in direct:
-        assert direct[name].equals(records[name]), name
-        assert direct[name].equals(python[name]), name
     tasks = direct["tasks"].to_pydict()
     launches = [k for k in direct["host_events"].column("kind").to_pylist() if k == "launch"]
     assert len(launches) > 50 and tasks["kind"].count("kernel") > 50

@@ -1,41 +1,64 @@
 // The compiled part of the npu adapter's per-op path (issue 20).
 //
 // For a plain op (no view, no host-only run, no value read back, no convolution, numerics
-// "cpu"), the Python fallback hands its arguments to run(): this builds the host views of the
-// npu arguments, calls the op's CPU kernel through the dispatcher and wraps every fresh result
-// as an npu tensor whose storage's Python object holds the result's CPU storage as attribute
-// ``_npu`` -- what msprof_py/adapter/tensors.py's host_view and adopt do in Python, in one
-// call. In-place and out= ops return their written arguments and name those the kernel
-// resized. Device memory, the launch and recording are done by Python (backend._finish_native)
-// the first time an op meets its shapes, dtypes and attribute values; Python then teaches run()
-// that combination's launch (learn()), and later calls do it here: device memory for the fresh
-// outputs from the caching allocator (hold), then the engine's launch_kernel for each kernel,
-// the same calls in the same order (the fast launch). Any state the learned launch does not
-// cover (a graph capture, L2 modelling, a new compile-cache epoch, recording without the
-// task fields) sends the call back to Python's path.
+// "cpu"), the host half of the op runs here: the host views of the npu arguments, the op's CPU
+// kernel through the dispatcher, and every fresh result wrapped as an npu tensor whose
+// storage's Python object holds the result's CPU storage as attribute ``_npu`` -- what
+// msprof_py/adapter/tensors.py's host_view and adopt do in Python, in one call. In-place and
+// out= ops return their written arguments and name those the kernel resized. Device memory, the
+// launch and recording are done by Python (backend._finish_native) the first time an op meets
+// its shapes, dtypes and attribute values; Python then teaches this path that combination's
+// launch (learn()), and later calls do it here: device memory for the fresh outputs from the
+// caching allocator (hold), then the engine's launch_kernel for each kernel, the same calls in
+// the same order (the fast launch). Any state the learned launch does not cover (a graph
+// capture, L2 modelling, a new compile-cache epoch, recording without the task fields) sends
+// the call back to Python's path.
 //
-// run() returns None, having changed nothing, whenever an argument is outside the plain case
-// (the Python path then runs the op as before); when the CPU kernel raises, it returns None
-// too, and the Python path runs the op again for the real error (CPU kernels check their
+// Two ways in, one core (host_run) working on torch's argument values (IValues):
+//
+// - npu_kernel(), the boxed PrivateUse1 kernel install_kernels() registers (the backend
+//   fallback and the ops that run whole): torch calls it with the op's arguments on its stack.
+//   Without a profiler listening (no op observer, modelled host time, numerics "cpu"), a plain
+//   op already seen by Python runs here without a Python frame; when its launch was learned,
+//   nothing of it runs in Python. Everything else -- other ops, a recording, an unlearned
+//   launch's finish -- is handed to the Python fallback with the arguments converted as torch
+//   converts them for a Python kernel (positional arguments up to the first trailing default,
+//   keyword-only ones by name unless defaulted; dtypes, layouts and memory formats as their
+//   Python objects) and the Python result converted back per the schema's returns.
+// - run(), called by the Python fallback with the Python arguments (that same convention).
+//
+// A call outside the plain case changes nothing before it is handed to Python; when the CPU
+// kernel raises, Python runs the op again for the real error (CPU kernels check their
 // arguments before they write).
 #include <ATen/ScalarOps.h>
+#include <ATen/SequenceNumber.h>
+#include <c10/core/GradMode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
+#include <torch/library.h>
+
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 
 #include <deque>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 5;
+constexpr int kAbiVersion = 6;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -54,12 +77,18 @@ struct OpEntry {
   bool wraps_numbers;
   //: positions of the arguments that may be compile-cache attributes (attribute_slots)
   std::vector<int64_t> attr_slots;
+  //: per argument: an int standing for a dtype, layout or memory format
+  std::vector<bool> enum_valued;
+  //: false once Python gave the op a host call of its own (drop_op): Python's path only
+  bool enabled = true;
+  //: the op's host-op name ("aten::mul", OpPlan.name)
+  py::object name;
 };
 
 //: what run() does for a learned (op, shapes, dtypes, attributes): see learn()
 struct FastLaunch {
-  //: ((cost, op_type), ...) of the kernels, in launch order
-  py::object kernels;
+  //: ((cost, op_type), ...) of the kernels, in launch order (tuples)
+  py::tuple kernels;
   //: the task-record fields of the launch (None: not known, recording takes Python's path)
   py::object fields;
   //: the op's task name and device-memory tag ("aten::mul")
@@ -70,9 +99,15 @@ struct FastLaunch {
 };
 
 //: learned launches by key (see fast_key); cleared when it holds kFastLimit
-std::unordered_map<std::string, FastLaunch> fast_launches;
+std::unordered_map<std::string, std::shared_ptr<const FastLaunch>> fast_launches;
 constexpr size_t kFastLimit = 100000;
 bool fast_enabled = true;
+//: host halves run here (host_run), the launches done here (learned), the ops the boxed kernel
+//: ran itself (direct) and of those the ones whose host op row it wrote (recorded): counts()
+int64_t host_runs = 0;
+int64_t learned_launches = 0;
+int64_t direct_runs = 0;
+int64_t recorded_runs = 0;
 //: callable(exc) raising torch's out-of-memory error for the device's (set by init())
 py::object on_oom;
 //: the device's out-of-memory error type (set by init())
@@ -81,6 +116,8 @@ py::object device_oom;
 //: a deque: entries keep their address while another thread registers an op (a CPU kernel
 //: may run Python, which may let another thread take the GIL)
 std::deque<OpEntry> ops;
+//: registered ops by the address of their schema (the dispatcher's, stable): npu_kernel's lookup
+std::unordered_map<const c10::FunctionSchema*, int> op_ids;
 PyObject* npu_name = nullptr;  // "_npu"
 PyObject* fmt_name = nullptr;  // "_npu_fmt"
 const c10::Device npu_device(c10::DeviceType::PrivateUse1, 0);
@@ -94,6 +131,16 @@ int lookup(PyObject* obj, PyObject* name, PyObject** out) {
 #else
   return _PyObject_LookupAttr(obj, name, out);
 #endif
+}
+
+// True when an int of ``type`` stands for a dtype, a layout or a memory format (its Python value
+// is torch's object for it).
+bool is_enum(const c10::TypePtr& type) {
+  c10::TypePtr element = type;
+  if (auto opt = type->cast<c10::OptionalType>()) element = opt->getElementType();
+  const auto kind = element->kind();
+  return kind == c10::TypeKind::ScalarTypeType || kind == c10::TypeKind::LayoutType ||
+         kind == c10::TypeKind::MemoryFormatType;
 }
 
 Kind kind_of(const c10::TypePtr& type) {
@@ -129,7 +176,7 @@ bool holds_tensors_or_devices(const c10::TypePtr& type) {
 // for a fresh tensor (as backend.OpPlan computes them).
 int register_op(const std::string& name, const std::string& overload, bool wraps_numbers,
                 const std::vector<int64_t>& written, const std::vector<int64_t>& return_aliases,
-                const std::vector<int64_t>& attr_slots) {
+                const std::vector<int64_t>& attr_slots, py::str host_name) {
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle.has_value()) return -1;
   const auto& schema = handle->schema();
@@ -137,6 +184,7 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
   if (return_aliases.size() != schema.returns().size()) return -1;
   OpEntry entry{*handle, {}, {}, {}, {},
                 std::vector<bool>(count, false), {}, wraps_numbers, attr_slots};
+  entry.name = std::move(host_name);
   for (int64_t position : written) {
     if (position < 0 || static_cast<size_t>(position) >= count) return -1;
     entry.written[position] = true;
@@ -149,6 +197,7 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
     if (kind == Kind::kOther && holds_tensors_or_devices(arg.type())) return -1;
     if (entry.written[i] && kind == Kind::kOther) return -1;
     entry.kinds.push_back(kind);
+    entry.enum_valued.push_back(is_enum(arg.real_type()));
     entry.types.push_back(arg.type());
     entry.defaults.push_back(arg.default_value());
   }
@@ -169,56 +218,148 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
     entry.names.push_back(PyUnicode_InternFromString(arg.name().c_str()));
   }
   ops.push_back(std::move(entry));
-  return static_cast<int>(ops.size()) - 1;
+  const int id = static_cast<int>(ops.size()) - 1;
+  op_ids[&handle->schema()] = id;
+  return id;
 }
+
+// Python gave op ``op_id`` a host call of its own (backend.replace_host_call): only Python's
+// path runs it from now on.
+void drop_op(int op_id) { ops.at(static_cast<size_t>(op_id)).enabled = false; }
+
+// ---- torch's boxed convention for Python kernels -------------------------------------------
+
+// The Python value of ``value`` for schema argument ``arg``: dtypes, layouts and memory formats
+// as torch's objects (their IValues are ints), anything else as torch::jit::toPyObject makes it.
+py::object python_value(const c10::Argument& arg, const c10::IValue& value) {
+  if (value.isNone()) return py::none();
+  if (is_enum(arg.real_type())) {
+    c10::TypePtr element = arg.real_type();
+    if (auto opt = element->cast<c10::OptionalType>()) element = opt->getElementType();
+    const auto kind = element->kind();
+    if (kind == c10::TypeKind::ScalarTypeType) {
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+          torch::getTHPDtype(static_cast<c10::ScalarType>(value.toInt()))));
+    }
+    if (kind == c10::TypeKind::LayoutType) {
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+          torch::getTHPLayout(static_cast<c10::Layout>(value.toInt()))));
+    }
+    return py::reinterpret_borrow<py::object>(
+        torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(value.toInt())));
+  }
+  return torch::jit::toPyObject(value);
+}
+
+// The Python (args, kwargs) of a boxed call, as torch hands them to a Python kernel: positional
+// arguments up to the last one that is not at its default, keyword-only arguments by name
+// unless at their default.
+bool at_default(const c10::Argument& param, const c10::IValue& value) {
+  const auto& fallback = param.default_value();
+  return fallback.has_value() && *fallback == value;
+}
+
+size_t keyword_start(const c10::FunctionSchema& schema, size_t count) {
+  const auto& params = schema.arguments();
+  while (count > 0 && params[count - 1].kwarg_only()) --count;
+  return count;
+}
+
+// How many arguments a Python kernel gets positionally: up to the last positional one that is
+// not at its default.
+size_t positional_count(const c10::FunctionSchema& schema,
+                        const std::vector<c10::IValue>& arguments) {
+  const auto& params = schema.arguments();
+  size_t positional = keyword_start(schema, arguments.size());
+  while (positional > 0 && at_default(params[positional - 1], arguments[positional - 1])) {
+    --positional;
+  }
+  return positional;
+}
+
+std::pair<py::tuple, py::dict> python_arguments(const c10::FunctionSchema& schema,
+                                                const std::vector<c10::IValue>& arguments) {
+  const auto& params = schema.arguments();
+  const size_t positional = positional_count(schema, arguments);
+  py::tuple args(positional);
+  for (size_t i = 0; i < positional; ++i) {
+    PyTuple_SET_ITEM(args.ptr(), i, python_value(params[i], arguments[i]).release().ptr());
+  }
+  py::dict kwargs;
+  for (size_t i = keyword_start(schema, arguments.size()); i < arguments.size(); ++i) {
+    if (!at_default(params[i], arguments[i])) {
+      kwargs[py::str(params[i].name())] = python_value(params[i], arguments[i]);
+    }
+  }
+  return {std::move(args), std::move(kwargs)};
+}
+
+// Push Python kernel result ``out`` on ``stack`` per the schema's returns.
+void push_python_result(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                        const py::object& out) {
+  const auto& returns = op.schema().returns();
+  if (returns.empty()) {
+    TORCH_CHECK(out.is_none(), "the npu fallback for ", op.operator_name(),
+                " returned a value where None was expected");
+  } else if (returns.size() == 1) {
+    torch::jit::push(stack, torch::jit::toIValue(out, returns[0].real_type()));
+  } else {
+    const auto values = py::cast<py::sequence>(out);
+    for (size_t i = 0; i < values.size(); ++i) {
+      torch::jit::push(stack, torch::jit::toIValue(values[i], returns[i].real_type()));
+    }
+  }
+}
+
+// ---- the host half of one call -------------------------------------------------------------
 
 // The arguments of one call, turned into the CPU kernel's stack.
 class Unwrapper {
  public:
   //: an npu tensor the op writes, its host view, and the backing storage the view had
   struct Written {
-    PyObject* target;
+    at::Tensor target;
     at::Tensor view;
     const c10::StorageImpl* backing;
   };
 
-  explicit Unwrapper(size_t count) : slots(count, nullptr) {}
-
-  //: every npu argument in order of appearance (borrowed: the caller's tuple holds them)
-  std::vector<PyObject*> npu_inputs;
-  //: the Python value given for each schema slot (nullptr: its default)
-  std::vector<PyObject*> slots;
+  //: every npu argument in order of appearance
+  std::vector<at::Tensor> npu_inputs;
   std::vector<Written> written;
   //: an npu argument is held in a private format (its storage has ``_npu_fmt``)
   bool formatted = false;
 
-  // Append the host value of Python argument ``obj`` for schema slot ``index``; false when it
-  // is outside the plain case.
-  bool push(const OpEntry& entry, size_t index, PyObject* obj, torch::jit::Stack& stack) {
-    slots[index] = obj;
+  // Append the host value of argument ``value`` for schema slot ``index``; false when it is
+  // outside the plain case.
+  bool push(const OpEntry& entry, size_t index, const c10::IValue& value,
+            torch::jit::Stack& stack) {
     const Kind kind = entry.kinds[index];
     // as in the Python path, written tensors are checked for a new size or storage after the
     // call; written lists (foreach ops) are not
     writing_ = entry.written[index] && (kind == Kind::kTensor || kind == Kind::kOptionalTensor);
+    bool ok = true;
     switch (kind) {
-      case Kind::kTensor:
-        return push_tensor(entry, obj, false, stack);
       case Kind::kOptionalTensor:
-        return push_tensor(entry, obj, true, stack);
+        if (value.isNone()) {
+          stack.emplace_back();
+          break;
+        }
+        [[fallthrough]];
+      case Kind::kTensor: {
+        at::Tensor host;
+        ok = value.isTensor() && host_value(value.toTensor(), host);
+        if (ok) stack.emplace_back(std::move(host));
+        break;
+      }
       case Kind::kTensorList:
-        return push_list(obj, stack);
+        ok = value.isTensorList() && push_list(value, stack);
+        break;
       case Kind::kOther:
+        stack.push_back(value);
         break;
     }
     writing_ = false;
-    if (THPVariable_Check(obj) || THPDevice_Check(obj)) return false;
-    try {
-      stack.emplace_back(torch::jit::toIValue(obj, entry.types[index]));
-    } catch (const std::exception&) {
-      PyErr_Clear();
-      return false;
-    }
-    return true;
+    return ok;
   }
 
  private:
@@ -226,75 +367,31 @@ class Unwrapper {
   //: the argument being pushed is one the op writes
   bool writing_ = false;
 
-  void note_written(PyObject* obj, const at::Tensor& host) {
-    if (writing_) written.push_back({obj, host, host.storage().unsafeGetStorageImpl()});
+  void note_written(const at::Tensor& target, const at::Tensor& host) {
+    if (writing_) written.push_back({target, host, host.storage().unsafeGetStorageImpl()});
   }
 
-  bool push_tensor(const OpEntry& entry, PyObject* obj, bool optional, torch::jit::Stack& stack) {
-    if (obj == Py_None) {
-      if (!optional) return false;
-      stack.emplace_back();
-      return true;
+  bool push_list(const c10::IValue& value, torch::jit::Stack& stack) {
+    const auto items = value.toTensorList();
+    c10::List<at::Tensor> list;
+    list.reserve(items.size());
+    for (const at::Tensor t : items) {
+      at::Tensor host;
+      if (!host_value(t, host)) return false;
+      list.push_back(std::move(host));
     }
-    if (!THPVariable_Check(obj)) {
-      // torch's boxed convention hands wrapped numbers (the 7 in ``x % 7``) over as Python
-      // numbers: wrap them again as the Python argument parser does
-      if (!entry.wraps_numbers || optional) return false;
-      c10::Scalar scalar;
-      if (PyBool_Check(obj)) {
-        scalar = c10::Scalar(obj == Py_True);
-      } else if (PyLong_CheckExact(obj)) {
-        int overflow = 0;
-        long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
-        if (overflow != 0 || (value == -1 && PyErr_Occurred())) {
-          PyErr_Clear();
-          return false;
-        }
-        scalar = c10::Scalar(static_cast<int64_t>(value));
-      } else if (PyFloat_CheckExact(obj)) {
-        scalar = c10::Scalar(PyFloat_AS_DOUBLE(obj));
-      } else {
-        return false;
-      }
-      stack.emplace_back(at::native::wrapped_scalar_tensor(scalar));
-      return true;
-    }
-    at::Tensor host;
-    if (!host_value(obj, host)) return false;
-    stack.emplace_back(std::move(host));
+    stack.emplace_back(std::move(list));
     return true;
   }
 
-  bool push_list(PyObject* obj, torch::jit::Stack& stack) {
-    if (!PyList_Check(obj) && !PyTuple_Check(obj)) return false;
-    PyObject* items = PySequence_Fast(obj, "");
-    if (items == nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    const Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
-    PyObject** values = PySequence_Fast_ITEMS(items);
-    c10::List<at::Tensor> list;
-    list.reserve(count);
-    bool ok = true;
-    for (Py_ssize_t i = 0; i < count && ok; ++i) {
-      at::Tensor host;
-      ok = THPVariable_Check(values[i]) && host_value(values[i], host);
-      if (ok) list.push_back(std::move(host));
-    }
-    Py_DECREF(items);
-    if (ok) stack.emplace_back(std::move(list));
-    return ok;
-  }
-
-  // The host tensor standing for tensor argument ``obj``: the host view of an npu tensor (the
+  // The host tensor standing for tensor argument ``t``: the host view of an npu tensor (the
   // same view for the same tensor twice: CPU kernels check aliasing by identity), or a 0-dim
   // CPU tensor as it is (a private format changes no value: the host view reads the logical
   // layout). False for anything else (a CPU tensor with dimensions beside npu ones is an
-  // error the Python path reports; conjugate and negative bits, quantized tensors, tensors
-  // made outside msprof-py).
-  bool host_value(PyObject* obj, at::Tensor& host) {
-    const at::Tensor& t = THPVariable_Unpack(obj);
+  // error the Python path reports; conjugate and negative bits, quantized tensors, tensor
+  // subclasses with a Python dispatch key, tensors made outside msprof-py).
+  bool host_value(const at::Tensor& t, at::Tensor& host) {
+    if (!t.defined()) return false;
     const auto device = t.device().type();
     if (device == c10::DeviceType::CPU) {
       if (t.dim() > 0 || writing_) return false;
@@ -302,15 +399,15 @@ class Unwrapper {
       return true;
     }
     if (device != c10::DeviceType::PrivateUse1 || t.is_conj() || t.is_neg() ||
-        t.is_quantized()) {
+        t.is_quantized() || t.key_set().has(c10::DispatchKey::Python)) {
       return false;
     }
-    npu_inputs.push_back(obj);
+    npu_inputs.push_back(t);
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     auto found = seen_.find(impl);
     if (found != seen_.end()) {
       host = found->second;
-      note_written(obj, host);
+      note_written(t, host);
       return true;
     }
     if (!t.has_storage()) return false;
@@ -339,7 +436,7 @@ class Unwrapper {
       host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
                                                         t.storage_offset());
       seen_.emplace(impl, host);
-      note_written(obj, host);
+      note_written(t, host);
     }
     Py_DECREF(backing);
     return on_cpu;
@@ -347,13 +444,13 @@ class Unwrapper {
 };
 
 // A new npu tensor holding CPU tensor ``result``'s values: sizes, strides and offset of
-// ``result``, a storage without bytes whose Python object keeps ``result``'s storage as
-// ``_npu``. Its device memory comes from Python (tensors.attach_memory) or the fast launch,
-// which gets the storage's Python object in ``npu_storage_out`` when it is not null.
-PyObject* adopt(const at::Tensor& result, PyObject** npu_storage_out = nullptr) {
+// ``result``, a storage without bytes whose Python object (``storage``) keeps ``result``'s
+// storage as ``_npu``. Its device memory comes from Python (tensors.attach_memory) or the fast
+// launch. Throws the Python error.
+at::Tensor adopt(const at::Tensor& result, py::object& storage_object) {
   if (npu_allocator == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "msprof_hot_path: init() was not called");
-    return nullptr;
+    throw py::error_already_set();
   }
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, npu_device),
                        npu_allocator, true);
@@ -364,86 +461,110 @@ PyObject* adopt(const at::Tensor& result, PyObject** npu_storage_out = nullptr) 
   if (result.is_conj()) impl->_set_conj(true);
   if (result.is_neg()) impl->_set_neg(true);
   PyObject* npu_storage = THPStorage_Wrap(out.storage());
-  if (npu_storage == nullptr) return nullptr;
+  if (npu_storage == nullptr) throw py::error_already_set();
+  storage_object = py::reinterpret_steal<py::object>(npu_storage);
   PyObject* backing = THPStorage_Wrap(result.storage());
   const int set = backing == nullptr ? -1 : PyObject_SetAttr(npu_storage, npu_name, backing);
   Py_XDECREF(backing);
-  if (set != 0) {
-    Py_DECREF(npu_storage);
-    return nullptr;
-  }
-  if (npu_storage_out != nullptr) {
-    *npu_storage_out = npu_storage;
-  } else {
-    Py_DECREF(npu_storage);
-  }
-  return THPVariable_Wrap(std::move(out));
+  if (set != 0) throw py::error_already_set();
+  return out;
 }
 
-// The results of one call, as the Python path returns and launches them.
-class Results {
- public:
-  //: every output tensor in order (None for an undefined one), written arguments included
-  py::list outputs;
+// The Python object of a tensor, a list of tensors or None (an undefined tensor).
+py::object python_tensors(const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined()) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+  }
+  if (value.isTensorList()) {
+    py::list items;
+    for (const at::Tensor t : value.toTensorList()) items.append(python_tensors(c10::IValue(t)));
+    return std::move(items);
+  }
+  return py::none();
+}
+
+// One call's host half (host_run): its results as npu values, and what Python or the fast
+// launch needs to finish it.
+struct HostCall {
+  Unwrapper unwrap;
+  //: the op's returns as npu values (written arguments, fresh npu tensors)
+  std::vector<c10::IValue> returns;
+  //: every output tensor in order (undefined for None), written arguments included
+  std::vector<at::Tensor> outputs;
   //: the npu tensors adopt() made (they need device memory)
-  py::list fresh;
+  std::vector<at::Tensor> fresh;
   //: for each of ``fresh``: its storage's Python object and the bytes of its backing
   std::vector<std::pair<py::object, int64_t>> storages;
+  //: written tensors the kernel resized or re-pointed: (npu tensor, host view)
+  std::vector<std::pair<at::Tensor, at::Tensor>> stale;
+  //: the key to learn the launch by (keyed: one could be made)
+  std::string key;
+  bool keyed = false;
 
-  // The Python value of fresh result ``value`` (a tensor or a list of them); nullptr on error.
-  PyObject* adopt_value(const c10::IValue& value) {
+  explicit HostCall(size_t) {}
+
+  // The npu value of fresh result ``value`` (a tensor or a list of them).
+  c10::IValue adopt_value(const c10::IValue& value) {
     if (value.isTensor()) {
       const at::Tensor& t = value.toTensor();
       if (!t.defined()) {
-        return append(outputs, Py_None) ? Py_NewRef(Py_None) : nullptr;
+        outputs.emplace_back();
+        return value;
       }
-      PyObject* storage = nullptr;
-      PyObject* out = adopt(t, &storage);
-      if (out == nullptr) return nullptr;
-      storages.emplace_back(py::reinterpret_steal<py::object>(storage),
-                            static_cast<int64_t>(t.storage().nbytes()));
-      if (!append(outputs, out) || !append(fresh, out)) {
-        Py_DECREF(out);
-        return nullptr;
-      }
+      py::object storage;
+      at::Tensor out = adopt(t, storage);
+      storages.emplace_back(std::move(storage), static_cast<int64_t>(t.storage().nbytes()));
+      outputs.push_back(out);
+      fresh.push_back(out);
       return out;
     }
-    const auto list = value.toTensorList();
-    PyObject* wrapped = PyList_New(0);
-    if (wrapped == nullptr) return nullptr;
-    for (const at::Tensor t : list) {
-      PyObject* out = adopt_value(c10::IValue(t));
-      if (out == nullptr || PyList_Append(wrapped, out) != 0) {
-        Py_XDECREF(out);
-        Py_DECREF(wrapped);
-        return nullptr;
-      }
-      Py_DECREF(out);
+    c10::List<at::Tensor> wrapped;
+    for (const at::Tensor t : value.toTensorList()) {
+      wrapped.push_back(adopt_value(c10::IValue(t)).toTensor());
     }
     return wrapped;
   }
 
-  // The Python value of a result that is written argument ``target``: the argument itself.
-  PyObject* written_value(PyObject* target) {
-    if (target == nullptr) return Py_NewRef(Py_None);
-    if (THPVariable_Check(target)) {
-      if (!append(outputs, target)) return nullptr;
-    } else if (PyList_Check(target) || PyTuple_Check(target)) {
-      PyObject* items = PySequence_Fast(target, "");
-      if (items == nullptr) return nullptr;
-      bool ok = true;
-      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items) && ok; ++i) {
-        ok = append(outputs, PySequence_Fast_GET_ITEM(items, i));
-      }
-      Py_DECREF(items);
-      if (!ok) return nullptr;
+  // The npu value of a result that is written argument ``target``: the argument itself.
+  c10::IValue written_value(const c10::IValue& target) {
+    if (target.isTensor()) {
+      outputs.push_back(target.toTensor());
+    } else if (target.isTensorList()) {
+      for (const at::Tensor t : target.toTensorList()) outputs.push_back(t);
     }
-    return Py_NewRef(target);
+    return target;
   }
 
- private:
-  static bool append(py::list& list, PyObject* value) {
-    return PyList_Append(list.ptr(), value) == 0;
+  // The op's result as Python returns it: None, one value or a tuple.
+  py::object python_result() const {
+    if (returns.empty()) return py::none();
+    if (returns.size() == 1) return python_tensors(returns[0]);
+    py::tuple values(returns.size());
+    for (size_t r = 0; r < returns.size(); ++r) {
+      PyTuple_SET_ITEM(values.ptr(), r, python_tensors(returns[r]).release().ptr());
+    }
+    return std::move(values);
+  }
+
+  // What backend._finish_native takes: (result, npu inputs, outputs, fresh outputs, stale
+  // written tensors as (tensor, host view) pairs, whether an npu argument is held in a private
+  // format, the key to learn() this launch by or None).
+  py::object python_found() const {
+    auto tensors = [](const std::vector<at::Tensor>& items) {
+      py::list out;
+      for (const auto& t : items) out.append(python_tensors(c10::IValue(t)));
+      return out;
+    };
+    py::list stale_pairs;
+    for (const auto& [target, view] : stale) {
+      stale_pairs.append(py::make_tuple(python_tensors(c10::IValue(target)),
+                                        python_tensors(c10::IValue(view))));
+    }
+    return py::make_tuple(python_result(), tensors(unwrap.npu_inputs), tensors(outputs),
+                          tensors(fresh), stale_pairs, py::bool_(unwrap.formatted),
+                          keyed ? py::object(py::bytes(key)) : py::object(py::none()));
   }
 };
 
@@ -464,6 +585,11 @@ PyObject* s_hold = nullptr;
 PyObject* s_launch_kernel = nullptr;
 PyObject* s_attrs = nullptr;
 PyObject* s_npu_mem = nullptr;
+PyObject* s_state = nullptr;
+PyObject* s_observer = nullptr;
+PyObject* s_measured = nullptr;
+PyObject* s_native = nullptr;
+PyObject* s_fast = nullptr;
 
 // Attribute ``name`` (an interned str) of ``obj``; throws the Python error.
 py::object get(py::handle obj, PyObject* name) {
@@ -472,11 +598,21 @@ py::object get(py::handle obj, PyObject* name) {
   return py::reinterpret_steal<py::object>(value);
 }
 
+bool truthy(const py::object& value) {
+  const int truth = PyObject_IsTrue(value.ptr());
+  if (truth < 0) throw py::error_already_set();
+  return truth != 0;
+}
+
 void put(std::string& key, int64_t value) {
   key.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
 void put_tensor(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    put(key, -2);
+    return;
+  }
   put(key, static_cast<int64_t>(t.scalar_type()));
   put(key, t.dim());
   for (const int64_t size : t.sizes()) put(key, size);
@@ -484,73 +620,140 @@ void put_tensor(std::string& key, const at::Tensor& t) {
 
 // The key a launch is learned by: the op, the dtype and sizes of every npu input and output
 // (what the Python path's cost-cache key holds, formats being plain here), and the values at
-// the op's attribute slots as compile_cache.attributes_at takes them (the compile-cache key).
-// False when an attribute is one the key does not hold (a str, a dtype, a list: Python's path).
-bool fast_key(int op_id, const OpEntry& entry, const std::vector<PyObject*>& inputs,
-              const py::list& outputs, const py::tuple& args, std::string& key) {
-  key.reserve(16 * (inputs.size() + outputs.size() + entry.attr_slots.size()) + 32);
+// the op's attribute slots (the arguments compile_cache.attributes_at may keep; their defaults
+// where the call leaves them out, which the Python arguments then lack too). Numbers that are
+// never attributes (floats) are left out, as in Python. False when an attribute is of a kind
+// the key does not hold.
+bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
+              const std::vector<c10::IValue>& arguments, std::string& key) {
+  const auto& inputs = call.unwrap.npu_inputs;
+  key.reserve(16 * (inputs.size() + call.outputs.size() + entry.attr_slots.size()) + 32);
   put(key, op_id);
-  for (PyObject* obj : inputs) put_tensor(key, THPVariable_Unpack(obj));
+  for (const auto& t : inputs) put_tensor(key, t);
   put(key, -1);
-  for (const auto item : outputs) {
-    if (item.is_none()) {
-      put(key, -2);
-    } else if (THPVariable_Check(item.ptr())) {
-      put_tensor(key, THPVariable_Unpack(item.ptr()));
+  for (const auto& t : call.outputs) put_tensor(key, t);
+  put(key, -1);
+  for (const int64_t slot : entry.attr_slots) {
+    const c10::IValue& a = arguments[slot];
+    if (a.isTensor() || a.isDouble() || a.isComplexDouble()) continue;
+    if (a.isNone()) {
+      put(key, 1);
+    } else if (a.isBool()) {
+      put(key, 2);
+      put(key, a.toBool());
+    } else if (a.isInt()) {
+      put(key, entry.enum_valued[slot] ? 5 : 3);
+      put(key, a.toInt());
+    } else if (a.isIntList()) {
+      const auto values = a.toIntVector();
+      put(key, 4);
+      put(key, static_cast<int64_t>(values.size()));
+      for (const int64_t v : values) put(key, v);
+    } else if (a.isString()) {
+      const auto& text = a.toStringRef();
+      put(key, 6);
+      put(key, static_cast<int64_t>(text.size()));
+      key.append(text);
     } else {
       return false;
     }
   }
-  put(key, -1);
-  const size_t count = args.size();
-  for (const int64_t slot : entry.attr_slots) {
-    if (static_cast<size_t>(slot) >= count) break;
-    PyObject* a = PyTuple_GET_ITEM(args.ptr(), slot);
-    if (THPVariable_Check(a)) continue;
-    if (a == Py_None) {
-      put(key, 1);
-    } else if (PyBool_Check(a)) {
-      put(key, 2);
-      put(key, a == Py_True);
-    } else if (PyLong_Check(a)) {
-      int overflow = 0;
-      const long long value = PyLong_AsLongLongAndOverflow(a, &overflow);
-      if (overflow != 0 || (value == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return false;
-      }
-      put(key, 3);
-      put(key, value);
-    } else if (PyUnicode_Check(a) || THPDtype_Check(a) || PyList_Check(a) || PyTuple_Check(a)) {
-      return false;
-    }  // anything else (a float, a complex number ...) is no attribute, as in Python
-  }
   return true;
+}
+
+// Run op ``op_id`` on the host views of ``arguments`` (every schema argument, defaults
+// included): the CPU kernel, fresh npu outputs, the stale written tensors and the learned-launch
+// key. False, with nothing changed, when the call is outside the plain case or the CPU kernel
+// raised.
+bool host_run(int op_id, const OpEntry& entry, const std::vector<c10::IValue>& arguments,
+              HostCall& call) {
+  const size_t count = entry.kinds.size();
+  torch::jit::Stack stack;
+  stack.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!call.unwrap.push(entry, i, arguments[i], stack)) return false;
+  }
+  try {
+    entry.handle.callBoxed(stack);
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    return false;
+  }
+  call.returns.reserve(stack.size());
+  for (size_t r = 0; r < stack.size(); ++r) {
+    const int64_t alias = entry.return_aliases[r];
+    call.returns.push_back(alias >= 0 ? call.written_value(arguments[alias])
+                                      : call.adopt_value(stack[r]));
+  }
+  // written tensors the kernel resized or re-pointed (out= ops): Python makes the npu tensor
+  // match its host view (tensors.resync), as the Python path does
+  for (const auto& w : call.unwrap.written) {
+    const at::Tensor& t = w.target;
+    const at::Tensor& v = w.view;
+    const bool same = t.sizes() == v.sizes() && t.strides() == v.strides() &&
+                      t.storage_offset() == v.storage_offset() &&
+                      v.storage().unsafeGetStorageImpl() == w.backing;
+    if (!same) call.stale.emplace_back(t, v);
+  }
+  call.keyed = fast_enabled && !call.unwrap.formatted && call.stale.empty() &&
+               fast_key(op_id, entry, call, arguments, call.key);
+  ++host_runs;
+  return true;
+}
+
+// The device objects a learned launch calls, looked up once per simulated device (a device
+// sets them when it is made): its engine, record bus, allocator's hold and launch_kernel.
+struct DeviceObjects {
+  py::object npu;
+  py::object bus;
+  py::object hold;
+  py::object launch;
+};
+DeviceObjects device_objects;
+
+const DeviceObjects& objects_of(const py::object& npu) {
+  if (!device_objects.npu.is(npu)) {
+    const py::object engine = get(npu, s_engine);
+    device_objects = {npu, get(engine, s_bus), get(get(npu, s_memory), s_hold),
+                      get(engine, s_launch_kernel)};
+  }
+  return device_objects;
+}
+
+// ``callable(*args)``; throws the Python error.
+py::object call(const py::object& callable, std::initializer_list<PyObject*> args) {
+  PyObject* out = PyObject_Vectorcall(callable.ptr(), const_cast<PyObject* const*>(args.begin()),
+                                      args.size(), nullptr);
+  if (out == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(out);
 }
 
 // Do learned launch ``fast`` for this call: device memory for each fresh output, then each
 // kernel, as backend._finish_native does. False, with nothing done, when the state is outside
 // what was learned.
-bool fast_launch(const FastLaunch& fast, py::handle state, const Results& results) {
+bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host) {
   if (!get(state, s_capture).is_none()) return false;
   const py::object npu = get(state, s_npu);
   if (!get(npu, s_l2).is_none()) return false;
   const py::object compiled = get(state, s_compiled);
-  if (!compiled.is(fast.compiled) || get(compiled, s_epoch).cast<int64_t>() != fast.epoch) {
-    return false;
-  }
-  const py::object engine = get(npu, s_engine);
-  const int recording = PyObject_IsTrue(get(get(engine, s_bus), s_active).ptr());
-  if (recording < 0) throw py::error_already_set();
+  if (!compiled.is(fast.compiled)) return false;
+  const long long epoch = PyLong_AsLongLong(get(compiled, s_epoch).ptr());
+  if (epoch == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (epoch != fast.epoch) return false;
+  const DeviceObjects& device = objects_of(npu);
+  const bool recording = truthy(get(device.bus, s_active));
   if (recording && fast.fields.is_none()) return false;
   const py::object stream = get(state, s_stream);
-  if (!results.storages.empty()) {
+  // copies: a callback may run Python that meets another device
+  const py::object hold = device.hold;
+  const py::object launch = device.launch;
+  if (!host.storages.empty()) {
     const py::object stream_id = get(stream, s_stream_id);
-    const py::object hold = get(get(npu, s_memory), s_hold);
-    for (const auto& [storage, nbytes] : results.storages) {
+    for (const auto& [storage, nbytes] : host.storages) {
       py::object held;
       try {
-        held = hold(nbytes, stream_id, fast.name);
+        const py::int_ size(nbytes);
+        held = call(hold, {size.ptr(), stream_id.ptr(), fast.name.ptr()});
       } catch (py::error_already_set& error) {
         if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
         throw;
@@ -560,26 +763,44 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const Results& result
       }
     }
   }
-  const py::object launch = get(engine, s_launch_kernel);
   const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
-  for (const auto kernel : fast.kernels) {
-    const py::tuple pair = py::reinterpret_borrow<py::tuple>(kernel);
+  PyObject* kernels = fast.kernels.ptr();
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
+    PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
+    PyObject* cost = PyTuple_GET_ITEM(kernel, 0);
+    PyObject* op_type = PyTuple_GET_ITEM(kernel, 1);
     if (recording) {
-      launch(stream, pair[0], fast.name, pair[1], fast.fields, attrs);
+      call(launch, {stream.ptr(), cost, fast.name.ptr(), op_type, fast.fields.ptr(), attrs.ptr()});
     } else {
-      launch(stream, pair[0], fast.name, pair[1]);
+      call(launch, {stream.ptr(), cost, fast.name.ptr(), op_type});
     }
   }
   return true;
 }
 
-// Teach run() the launch of key ``key`` (from run()'s result): ``kernels`` ((cost, op_type),
-// ...), the task-record ``fields`` (or None), the op's ``name``, and the compile cache and
-// epoch it was made in.
+// The learned launch of ``call``'s key done for ``state``; false when there is none or the
+// state is outside it.
+bool launch_learned(const HostCall& call, py::handle state) {
+  if (!call.keyed) return false;
+  const auto found = fast_launches.find(call.key);
+  if (found == fast_launches.end()) return false;
+  // held: the allocator's and engine's callbacks run Python, which may learn() meanwhile
+  const std::shared_ptr<const FastLaunch> fast = found->second;
+  if (!fast_launch(*fast, state, call)) {
+    return false;
+  }
+  ++learned_launches;
+  return true;
+}
+
+// Teach the fast launch the launch of key ``key`` (from a found tuple): ``kernels`` ((cost,
+// op_type), ...), the task-record ``fields`` (or None), the op's ``name``, and the compile
+// cache and epoch it was made in.
 void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
            py::object compiled, int64_t epoch) {
   if (fast_launches.size() >= kFastLimit) fast_launches.clear();
-  fast_launches[std::string(key)] = FastLaunch{kernels, fields, name, compiled, epoch};
+  fast_launches[std::string(key)] =
+      std::make_shared<const FastLaunch>(FastLaunch{kernels, fields, name, compiled, epoch});
 }
 
 // Turn the fast launch on or off (off: every call returns to Python's path, as before).
@@ -588,98 +809,372 @@ void set_fast(bool enabled) {
   if (!enabled) fast_launches.clear();
 }
 
+// The schema value of Python argument ``obj`` for slot ``index`` of ``entry``; false when it is
+// outside the plain case (a device, a tensor where none goes, a number for an optional tensor).
+bool argument_value(const OpEntry& entry, size_t index, PyObject* obj, c10::IValue& out) {
+  const Kind kind = entry.kinds[index];
+  if (kind == Kind::kTensor || kind == Kind::kOptionalTensor) {
+    const bool optional = kind == Kind::kOptionalTensor;
+    if (obj == Py_None) {
+      out = c10::IValue();
+      return optional;
+    }
+    if (THPVariable_Check(obj)) {
+      out = THPVariable_Unpack(obj);
+      return true;
+    }
+    // torch's boxed convention hands wrapped numbers (the 7 in ``x % 7``) over as Python
+    // numbers: wrap them again as the Python argument parser does
+    if (!entry.wraps_numbers || optional) return false;
+    c10::Scalar scalar;
+    if (PyBool_Check(obj)) {
+      scalar = c10::Scalar(obj == Py_True);
+    } else if (PyLong_CheckExact(obj)) {
+      int overflow = 0;
+      long long value = PyLong_AsLongLongAndOverflow(obj, &overflow);
+      if (overflow != 0 || (value == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+      }
+      scalar = c10::Scalar(static_cast<int64_t>(value));
+    } else if (PyFloat_CheckExact(obj)) {
+      scalar = c10::Scalar(PyFloat_AS_DOUBLE(obj));
+    } else {
+      return false;
+    }
+    out = at::native::wrapped_scalar_tensor(scalar);
+    return true;
+  }
+  if (kind == Kind::kTensorList) {
+    if (!PyList_Check(obj) && !PyTuple_Check(obj)) return false;
+    const Py_ssize_t count = PySequence_Fast_GET_SIZE(obj);
+    PyObject** values = PySequence_Fast_ITEMS(obj);
+    c10::List<at::Tensor> list;
+    list.reserve(count);
+    for (Py_ssize_t i = 0; i < count; ++i) {
+      if (!THPVariable_Check(values[i])) return false;
+      list.push_back(THPVariable_Unpack(values[i]));
+    }
+    out = std::move(list);
+    return true;
+  }
+  if (THPVariable_Check(obj) || THPDevice_Check(obj)) return false;
+  try {
+    out = torch::jit::toIValue(obj, entry.types[index]);
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
 // Run op ``op_id`` on the host views of ``args`` and ``kwargs`` (torch's boxed convention:
 // keyword-only arguments by name, trailing defaults left out) for adapter state ``state``.
-// Returns [result] when the launch was learned and done here (fast_launch); else (result, npu
-// inputs, outputs, fresh outputs, stale written tensors as (tensor, host view) pairs, whether
-// an npu argument is held in a private format, the key to learn() this launch by or None);
-// or None when the call is outside the plain case or the CPU kernel raised.
+// Returns [result] when the launch was learned and done here (fast_launch); else the found
+// tuple backend._finish_native takes (HostCall::python_found); or None when the call is outside
+// the plain case or the CPU kernel raised.
 py::object run(int op_id, py::tuple args, py::dict kwargs, py::handle state) {
   const OpEntry& entry = ops.at(static_cast<size_t>(op_id));
   const size_t given = static_cast<size_t>(args.size());
   const size_t count = entry.kinds.size();
-  if (given > count) return py::none();
-  Unwrapper unwrap(count);
-  torch::jit::Stack stack;
-  stack.reserve(count);
+  if (given > count || !entry.enabled) return py::none();
+  std::vector<c10::IValue> arguments(count);
   for (size_t i = 0; i < given; ++i) {
-    if (!unwrap.push(entry, i, args[i].ptr(), stack)) return py::none();
+    if (!argument_value(entry, i, PyTuple_GET_ITEM(args.ptr(), i), arguments[i])) {
+      return py::none();
+    }
   }
   size_t by_name = 0;
   for (size_t i = given; i < count; ++i) {
     PyObject* value = kwargs.empty() ? nullptr : PyDict_GetItem(kwargs.ptr(), entry.names[i]);
     if (value != nullptr) {
       ++by_name;
-      if (!unwrap.push(entry, i, value, stack)) return py::none();
+      if (!argument_value(entry, i, value, arguments[i])) return py::none();
     } else if (entry.defaults[i].has_value()) {
-      stack.push_back(*entry.defaults[i]);
+      arguments[i] = *entry.defaults[i];
     } else {
       return py::none();
     }
   }
   if (by_name != kwargs.size()) return py::none();  // a name the schema does not have
-  try {
-    entry.handle.callBoxed(stack);
-  } catch (const std::exception&) {
-    PyErr_Clear();
-    return py::none();
+  HostCall call(count);
+  if (!host_run(op_id, entry, arguments, call)) return py::none();
+  if (launch_learned(call, state)) {
+    py::list done(1);
+    done[0] = call.python_result();
+    return std::move(done);
   }
-  Results results;
-  const size_t returns = stack.size();
-  auto value_of = [&](size_t r) -> PyObject* {
-    const int64_t alias = entry.return_aliases[r];
-    return alias >= 0 ? results.written_value(unwrap.slots[alias])
-                      : results.adopt_value(stack[r]);
-  };
-  py::object result;
-  if (returns == 0) {
-    result = py::none();
-  } else if (returns == 1) {
-    result = py::reinterpret_steal<py::object>(value_of(0));
-  } else {
-    py::tuple values(returns);
-    for (size_t r = 0; r < returns; ++r) {
-      PyObject* value = value_of(r);
-      if (value == nullptr) throw py::error_already_set();
-      PyTuple_SET_ITEM(values.ptr(), r, value);
-    }
-    result = std::move(values);
-  }
-  if (!result) throw py::error_already_set();
-  py::list inputs(unwrap.npu_inputs.size());
-  for (size_t i = 0; i < unwrap.npu_inputs.size(); ++i) {
-    inputs[i] = py::reinterpret_borrow<py::object>(unwrap.npu_inputs[i]);
-  }
-  // written tensors the kernel resized or re-pointed (out= ops): Python makes the npu tensor
-  // match its host view (tensors.resync), as the Python path does
-  py::list stale;
-  for (const auto& w : unwrap.written) {
-    const at::Tensor& t = THPVariable_Unpack(w.target);
-    const at::Tensor& v = w.view;
-    const bool same = t.sizes() == v.sizes() && t.strides() == v.strides() &&
-                      t.storage_offset() == v.storage_offset() &&
-                      v.storage().unsafeGetStorageImpl() == w.backing;
-    if (!same) {
-      stale.append(py::make_tuple(py::reinterpret_borrow<py::object>(w.target),
-                                  py::reinterpret_steal<py::object>(THPVariable_Wrap(v))));
-    }
-  }
-  py::object key = py::none();
-  std::string bytes;
-  if (fast_enabled && !unwrap.formatted && stale.empty() &&
-      fast_key(op_id, entry, unwrap.npu_inputs, results.outputs, args, bytes)) {
-    const auto found = fast_launches.find(bytes);
-    // a copy: the allocator's and engine's callbacks run Python, which may learn() meanwhile
-    if (found != fast_launches.end() && fast_launch(FastLaunch(found->second), state, results)) {
-      py::list done(1);
-      done[0] = result;
-      return std::move(done);
-    }
-    key = py::bytes(bytes);
-  }
-  return py::make_tuple(result, inputs, results.outputs, results.fresh, stale,
-                        py::bool_(unwrap.formatted), key);
+  return call.python_found();
 }
+
+// ---- the boxed kernel ----------------------------------------------------------------------
+
+//: backend.fallback(op, *args, **kwargs): the Python path of every op
+py::object python_fallback;
+//: backend.finish_call(op, found, args): what Python does after host_run (an unlearned launch)
+py::object python_finish;
+//: msprof_py.adapter.runtime (its STATE is the adapter state)
+py::object runtime_module;
+//: npu_kernel may run plain ops itself (off: everything goes to Python's path)
+bool kernel_direct = true;
+
+PyObject* s_depth = nullptr;
+PyObject* s_direct_sink = nullptr;
+PyObject* s_live = nullptr;
+PyObject* s_stacks = nullptr;
+PyObject* s_recording = nullptr;
+PyObject* s_clock = nullptr;
+PyObject* s_thread = nullptr;
+PyObject* s_modules = nullptr;
+PyObject* s_class_path = nullptr;
+PyObject* s_instance_path = nullptr;
+PyObject* s_op_begin = nullptr;
+PyObject* s_op_end = nullptr;
+PyObject* s_op_close = nullptr;
+PyObject* no_stack = nullptr;  // ""
+
+//: the "none" of the host_events id columns (msprof_py.profile.schema.NO_ID)
+constexpr int64_t kNoId = -1;
+
+// The autograd sequence number pairing a forward op with its backward, as the recorder takes
+// it (collectors/recorder.py _sequence_number): in backward, the running node's; in forward
+// with grad mode on, the number the op's grad_fn got; else none.
+int64_t sequence_number() {
+  uint64_t number;
+  if (const auto node = torch::autograd::get_current_node()) {
+    number = node->sequence_nr();
+  } else if (c10::GradMode::is_enabled()) {
+    number = at::sequence_number::peek();
+  } else {
+    return kNoId;
+  }
+  return number < (uint64_t{1} << 63) ? static_cast<int64_t>(number) : kNoId;
+}
+
+//: argument shape and dtype texts (the host_events input_shapes/input_dtypes columns) by the
+//: sizes and dtypes they were made from; emptied when it holds kTextLimit
+std::unordered_map<std::string, std::pair<py::object, py::object>> arg_texts;
+constexpr size_t kTextLimit = 65536;
+
+// The shapes and dtypes texts of the tensors the op gets positionally in Python (the recorder's
+// _arg_shapes: "2,3;3" and "float32;float32"); wrapped numbers are Python numbers there.
+const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchema& schema,
+                                                        const std::vector<c10::IValue>& arguments) {
+  const size_t positional = positional_count(schema, arguments);
+  std::string key;
+  for (size_t i = 0; i < positional; ++i) {
+    if (!arguments[i].isTensor()) continue;
+    const at::Tensor& t = arguments[i].toTensor();
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
+    put(key, static_cast<int64_t>(t.scalar_type()));
+    put(key, t.dim());
+    for (const int64_t size : t.sizes()) put(key, size);
+  }
+  auto found = arg_texts.find(key);
+  if (found != arg_texts.end()) return found->second;
+  std::string shapes;
+  std::string dtypes;
+  bool first = true;
+  for (size_t i = 0; i < positional; ++i) {
+    if (!arguments[i].isTensor()) continue;
+    const at::Tensor& t = arguments[i].toTensor();
+    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
+    if (!first) {
+      shapes += ';';
+      dtypes += ';';
+    }
+    first = false;
+    bool first_size = true;
+    for (const int64_t size : t.sizes()) {
+      if (!first_size) shapes += ',';
+      first_size = false;
+      shapes += std::to_string(size);
+    }
+    dtypes += torch::getTHPDtype(t.scalar_type())->name;
+  }
+  if (arg_texts.size() >= kTextLimit) arg_texts.clear();
+  return arg_texts
+      .emplace(std::move(key), std::make_pair(py::str(shapes), py::str(dtypes)))
+      .first->second;
+}
+
+//: the recorder the thread values are cached for, and its thread column value per thread
+py::object thread_recorder;
+std::unordered_map<unsigned long, py::object> thread_values;
+
+// The recorder's ``thread`` column value for the calling thread (its _thread(), called once
+// per thread: it names the thread the first time).
+py::object thread_value(const py::object& recorder) {
+  if (!thread_recorder.is(recorder)) {
+    thread_values.clear();
+    thread_recorder = recorder;
+  }
+  const unsigned long ident = PyThread_get_thread_ident();
+  auto found = thread_values.find(ident);
+  if (found != thread_values.end()) return found->second;
+  py::object value = call(get(recorder, s_thread), {});
+  thread_values.emplace(ident, value);
+  return value;
+}
+
+// The host op a direct call opens for the op observer (the recorder), as AdapterState.enter
+// and leave do with Recorder.op_begin and op_end: its row is written by the recorder's row
+// sink. Nested calls (a Python path calling ops) open none. While open, the adapter state's
+// depth says a call is under way, so that Python run meanwhile (finishing the launch) opens no
+// other.
+class HostOp {
+ public:
+  // Whether this can stand for ``observer`` (the recorder with its row sink, no stacks
+  // recorded; anything else takes Python's path). Changes nothing.
+  bool can_open(const py::object& state, const py::object& observer) {
+    const py::object depth = get(state, s_depth);
+    if (!PyLong_CheckExact(depth.ptr())) return false;
+    nested_ = PyLong_AsLong(depth.ptr()) != 0;
+    if (nested_) return true;  // a Python path's own call: no host op of its own
+    PyObject* sink = nullptr;
+    if (lookup(observer.ptr(), s_direct_sink, &sink) != 1) {
+      PyErr_Clear();
+      return false;
+    }
+    sink_ = py::reinterpret_steal<py::object>(sink);
+    return !sink_.is_none() && get(observer, s_live).is(sink_) &&
+           get(observer, s_stacks).is_none();
+  }
+
+  // Open the host op of ``entry`` called with ``arguments`` (after can_open).
+  void open(const py::object& state, const py::object& observer, const OpEntry& entry,
+            const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments) {
+    if (nested_) return;
+    clock_ = get(observer, s_clock);
+    if (!truthy(get(observer, s_recording))) {
+      call(get(sink_, s_op_close), {});
+    } else {
+      const auto& [shapes, dtypes] = argument_texts(schema, arguments);
+      const py::object start = call(clock_, {});
+      const py::object thread = thread_value(observer);
+      const py::object modules = get(observer, s_modules);
+      const py::object class_path = get(modules, s_class_path);
+      const py::object instance_path = get(modules, s_instance_path);
+      const py::int_ sequence(sequence_number());
+      call(get(sink_, s_op_begin),
+           {entry.name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
+            class_path.ptr(), sequence.ptr(), instance_path.ptr(), no_stack});
+    }
+    const py::int_ inside(1);
+    if (PyObject_SetAttr(state.ptr(), s_depth, inside.ptr()) != 0) throw py::error_already_set();
+    state_ = state;
+  }
+
+  // The op returned (or raised): the adapter state's depth back, the host op's row.
+  void close() {
+    if (!state_) return;
+    const py::object state = std::move(state_);
+    const py::int_ outside(0);
+    if (PyObject_SetAttr(state.ptr(), s_depth, outside.ptr()) != 0) throw py::error_already_set();
+    call(get(sink_, s_op_end), {call(clock_, {}).ptr()});
+  }
+
+ private:
+  bool nested_ = false;
+  py::object state_;
+  py::object sink_;
+  py::object clock_;
+};
+
+// Run a plain op here (numerics "cpu", modelled host time, the recorder or nothing observing):
+// the host half (host_run), the host op's row, then the learned launch or Python's finish.
+// False, with nothing done, when it is not such a call.
+bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
+                torch::jit::Stack* stack) {
+  const auto found = op_ids.find(&op.schema());
+  if (found == op_ids.end()) return false;
+  const int op_id = found->second;
+  const OpEntry& entry = ops[static_cast<size_t>(op_id)];
+  if (!entry.enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) return false;
+  const py::object state = get(runtime_module, s_state);
+  // measured host time is charged from Python; numerics "none" and "fast" have paths of
+  // their own
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native)) ||
+      truthy(get(state, s_fast))) {
+    return false;
+  }
+  const py::object observer = get(state, s_observer);
+  HostOp host_op;
+  if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
+  HostCall call(arguments.size());
+  if (!host_run(op_id, entry, arguments, call)) return false;
+  // the CPU kernel changed no device state: the host op opens at the clock it would have
+  // opened at before it
+  ++direct_runs;
+  if (!observer.is_none()) {
+    host_op.open(state, observer, entry, op.schema(), arguments);
+    ++recorded_runs;
+  }
+  try {
+    if (!launch_learned(call, state)) {
+      const py::tuple args = python_arguments(op.schema(), arguments).first;
+      const py::object out =
+          python_finish(torch::detail::getTorchApiFunction(op), call.python_found(), args);
+      push_python_result(op, stack, out);
+    } else {
+      for (auto& value : call.returns) torch::jit::push(stack, std::move(value));
+    }
+  } catch (...) {
+    host_op.close();
+    throw;
+  }
+  host_op.close();
+  return true;
+}
+
+// The boxed PrivateUse1 kernel of every op install_kernels() registers it for.
+void npu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  TORCH_CHECK(python_fallback, "the npu device is shut down: ", op.operator_name(), " ran after exit");
+  std::vector<c10::IValue> arguments = torch::jit::pop(*stack, op.schema().arguments().size());
+  try {
+    if (kernel_direct && run_direct(op, arguments, stack)) return;
+    auto [args, kwargs] = python_arguments(op.schema(), arguments);
+    py::tuple call_args(args.size() + 1);
+    PyTuple_SET_ITEM(call_args.ptr(), 0,
+                     py::reinterpret_borrow<py::object>(torch::detail::getTorchApiFunction(op))
+                         .release()
+                         .ptr());
+    for (size_t i = 0; i < args.size(); ++i) {
+      PyTuple_SET_ITEM(call_args.ptr(), i + 1, py::object(args[i]).release().ptr());
+    }
+    PyObject* out = PyObject_Call(python_fallback.ptr(), call_args.ptr(), kwargs.ptr());
+    if (out == nullptr) throw python_error();
+    push_python_result(op, stack, py::reinterpret_steal<py::object>(out));
+  } catch (py::error_already_set& error) {
+    error.restore();
+    throw python_error();
+  }
+}
+
+// Register npu_kernel as the PrivateUse1 backend fallback and as the PrivateUse1 kernel of
+// each op in ``whole_ops`` ("add.Tensor" ...: ops that run whole rather than decompose);
+// ``fallback`` and ``finish`` are backend.fallback and backend.finish_call, ``runtime`` the
+// module holding the adapter state. Once per process.
+void install_kernels(py::object fallback, py::object finish, py::object runtime,
+                     const std::vector<std::string>& whole_ops) {
+  TORCH_CHECK(!python_fallback, "the npu kernels are installed already");
+  python_fallback = std::move(fallback);
+  python_finish = std::move(finish);
+  runtime_module = std::move(runtime);
+  // kept for the life of the process, as torch keeps the Python libraries' registrations
+  auto* backend = new torch::Library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1,
+                                     __FILE__, __LINE__);
+  backend->fallback(torch::CppFunction::makeFromBoxedFunction<&npu_kernel>());
+  auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                  __FILE__, __LINE__);
+  for (const auto& name : whole_ops) {
+    aten->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_kernel>());
+  }
+}
+
+// Let npu_kernel run plain ops itself, or send every op to Python's path.
+void set_direct(bool enabled) { kernel_direct = enabled; }
 
 // Take the storage allocator from ``like``, an npu tensor torch's Python backend made
 // (torch._C._acc.create_empty_tensor), so that adopt()'s storages are made the same way; and
@@ -697,9 +1192,19 @@ void init(const at::Tensor& like, py::object oom_type, py::object raise_oom) {
 py::object empty_npu(std::vector<int64_t> sizes, py::object dtype) {
   const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
   at::Tensor host = at::empty(sizes, at::TensorOptions().dtype(scalar_type));
-  PyObject* out = adopt(host);
-  if (out == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(out);
+  py::object storage;
+  return python_tensors(c10::IValue(adopt(host, storage)));
+}
+
+// The Python (args, kwargs) npu_kernel hands a Python kernel for op ``name`` called with
+// ``args`` and ``kwargs`` (for tests: torch's own conversion must give the same).
+py::tuple boxed_arguments(const std::string& name, const std::string& overload, py::tuple args,
+                          py::dict kwargs) {
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  auto stack = torch::jit::createStackForSchema(
+      handle.schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
+  auto [positional, keywords] = python_arguments(handle.schema(), stack);
+  return py::make_tuple(positional, keywords);
 }
 
 }  // namespace
@@ -713,19 +1218,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       {&s_bus, "bus"},         {&s_active, "active"},   {&s_stream, "stream"},
       {&s_stream_id, "stream_id"}, {&s_memory, "memory"}, {&s_hold, "hold"},
       {&s_launch_kernel, "launch_kernel"}, {&s_attrs, "attrs"}, {&s_npu_mem, "_npu_mem"},
+      {&s_state, "STATE"}, {&s_observer, "observer"}, {&s_measured, "measured"},
+      {&s_native, "native"}, {&s_fast, "fast"},
+      {&s_depth, "_depth"}, {&s_direct_sink, "direct_sink"}, {&s_live, "_live"},
+      {&s_stacks, "stacks"}, {&s_recording, "_recording"}, {&s_clock, "_clock"},
+      {&s_thread, "_thread"}, {&s_modules, "modules"}, {&s_class_path, "class_path"},
+      {&s_instance_path, "instance_path"}, {&s_op_begin, "op_begin"}, {&s_op_end, "op_end"},
+      {&s_op_close, "op_close"}, {&no_stack, ""},
   };
   for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
   m.def("abi_version", [] { return kAbiVersion; }, "The contract version run() keeps.");
   m.def("init", &init, "Take the npu storage allocator from an npu tensor torch made.");
-  // the learned launches hold Python objects: drop them while Python still runs
+  // the learned launches and the kernels' Python callables hold Python objects: drop them
+  // while Python still runs (an op dispatched after that is an error, not a crash)
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
     fast_launches.clear();
     on_oom = py::object();
     device_oom = py::object();
+    kernel_direct = false;
+    device_objects = DeviceObjects();
+    thread_recorder = py::object();
+    thread_values.clear();
+    arg_texts.clear();
+    python_fallback = py::object();
+    python_finish = py::object();
+    runtime_module = py::object();
   }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
-  m.def("run", &run, "Run a plain op on host views; [result], (result, inputs, ...) or None.");
-  m.def("learn", &learn, "Teach run() the launch of a key it returned.");
+  m.def("drop_op", &drop_op, "Send op id to Python's path only.");
+  m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
+  m.def("learn", &learn, "Teach the fast launch the launch of a key.");
   m.def("set_fast", &set_fast, "Turn the fast launch on or off.");
-  m.def("empty_npu", &empty_npu, "An npu tensor as run() makes them (for the self-test).");
+  m.def("install_kernels", &install_kernels, "Register the boxed npu kernel (once).");
+  m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
+  m.def("counts",
+        [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
+        "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
+  m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
+  m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }
