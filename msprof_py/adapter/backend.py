@@ -176,6 +176,8 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
             list(plan.attr_slots),
             plan.name,
         )
+    elif NATIVE is not None and view:
+        NATIVE.register_view(schema.name, schema.overload_name, plan.name)
     return plan
 
 

@@ -13,6 +13,8 @@ wrapper's name), so a graph launched by a compiled module is attributed to that 
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Any
 
 #: the path separators: class paths as before, instance paths as torch names modules
@@ -35,7 +37,8 @@ class ModuleStack:
         #: class path and instance path of every level (joined, so pop is free)
         self._class_paths: list[str] = []
         self._paths: list[str] = []
-        self._names: dict[tuple[int, int], str] = {}
+        #: (id(parent), id(child)) -> (parent, child) weakly, and the child's name
+        self._names: dict[tuple[int, int], tuple[Any, Any, str]] = {}
         #: ``Model/Block/Conv2d`` of the innermost module ("" outside any module)
         self.class_path = ""
         #: ``block.0.conv`` of the innermost module ("" for the top-level module or none)
@@ -73,9 +76,14 @@ class ModuleStack:
 
     def _name(self, parent: Any, module: Any) -> str:
         key = (id(parent), id(module))
-        name = self._names.get(key)
-        if name is None:
-            name = self._names[key] = child_name(parent, module)
+        known = self._names.get(key)
+        # ids are reused once a module is freed: the entry holds for these very two modules
+        if known is not None and known[0]() is parent and known[1]() is module:
+            return known[2]
+        name = child_name(parent, module)
+        # a module type without weak references is named every time
+        with contextlib.suppress(TypeError):
+            self._names[key] = (weakref.ref(parent), weakref.ref(module), name)
         return name
 
 

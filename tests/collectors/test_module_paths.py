@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import torch
@@ -48,6 +49,28 @@ def test_stack_joins_instance_names_as_named_modules_does() -> None:
     for _ in range(3):
         stack.pop()  # one pop more than pushes is harmless
     assert (len(stack), stack.class_path, stack.instance_path) == (0, "", "")
+
+
+def test_a_freed_modules_id_reused_by_another_child_gives_that_childs_name() -> None:
+    """Names are cached by (parent, child) ids; once a child is freed, CPython may give its id
+    to a new module (a graph-mode sample once recorded ``layers.2.down`` for ``layers.2.conv1``
+    this way): the cached name holds only for the very modules it was made for."""
+    net = _Net()
+    stack = ModuleStack()
+    stack.push(net)
+    stack.push(net.head)
+    assert stack.instance_path == "head"
+    stack.pop()
+    gone = torch.nn.Linear(4, 2)
+    net.tail = torch.nn.Linear(4, 2)
+    # the state an id reuse leaves: the entry for (net, tail)'s ids was made for another child
+    stack._names[(id(net), id(net.tail))] = (weakref.ref(net), weakref.ref(gone), "head")
+    del gone
+    stack.push(net.tail)
+    assert stack.instance_path == "tail"
+    stack.pop()
+    stack.push(net.head)  # the cache still serves modules it was made for
+    assert stack.instance_path == "head"
 
 
 def test_a_module_its_caller_does_not_own_is_named_by_class() -> None:

@@ -58,7 +58,7 @@
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 6;
+constexpr int kAbiVersion = 7;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -83,6 +83,8 @@ struct OpEntry {
   bool enabled = true;
   //: the op's host-op name ("aten::mul", OpPlan.name)
   py::object name;
+  //: a view op (register_view): its Meta kernel makes the alias on the npu tensor itself
+  bool view = false;
 };
 
 //: what run() does for a learned (op, shapes, dtypes, attributes): see learn()
@@ -217,6 +219,21 @@ int register_op(const std::string& name, const std::string& overload, bool wraps
   for (const auto& arg : schema.arguments()) {
     entry.names.push_back(PyUnicode_InternFromString(arg.name().c_str()));
   }
+  ops.push_back(std::move(entry));
+  const int id = static_cast<int>(ops.size()) - 1;
+  op_ids[&handle->schema()] = id;
+  return id;
+}
+
+// Register view op ``name``.``overload`` (OpPlan.view: a return aliases an argument without
+// writing it), whose host op is ``host_name``: the boxed kernel runs its Meta kernel on the
+// npu tensors, as backend.fallback does. Its id, or -1 when torch has no such op.
+int register_view(const std::string& name, const std::string& overload, py::str host_name) {
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle.has_value()) return -1;
+  OpEntry entry{*handle};
+  entry.name = std::move(host_name);
+  entry.view = true;
   ops.push_back(std::move(entry));
   const int id = static_cast<int>(ops.size()) - 1;
   op_ids[&handle->schema()] = id;
@@ -1081,6 +1098,26 @@ class HostOp {
   py::object clock_;
 };
 
+// A view op's Meta kernel on the npu tensors in ``arguments`` (what backend.fallback does for
+// OpPlan.view), inside its host op; its errors are torch's own.
+void run_view(const c10::OperatorHandle& op, const OpEntry& entry,
+              const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack,
+              const py::object& state, const py::object& observer, HostOp& host_op) {
+  ++direct_runs;
+  if (!observer.is_none()) {
+    host_op.open(state, observer, entry, op.schema(), arguments);
+    ++recorded_runs;
+  }
+  try {
+    stack->insert(stack->end(), arguments.begin(), arguments.end());
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), stack);
+  } catch (...) {
+    host_op.close();
+    throw;
+  }
+  host_op.close();
+}
+
 // Run a plain op here (numerics "cpu", modelled host time, the recorder or nothing observing):
 // the host half (host_run), the host op's row, then the learned launch or Python's finish.
 // False, with nothing done, when it is not such a call.
@@ -1092,15 +1129,18 @@ bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a
   const OpEntry& entry = ops[static_cast<size_t>(op_id)];
   if (!entry.enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) return false;
   const py::object state = get(runtime_module, s_state);
-  // measured host time is charged from Python; numerics "none" and "fast" have paths of
-  // their own
-  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native)) ||
-      truthy(get(state, s_fast))) {
+  // measured host time is charged from Python; numerics "none" has a path of its own
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
     return false;
   }
   const py::object observer = get(state, s_observer);
   HostOp host_op;
   if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
+  if (entry.view) {
+    run_view(op, entry, arguments, stack, state, observer, host_op);
+    return true;
+  }
+  if (truthy(get(state, s_fast))) return false;  // numerics "fast" widens in Python
   HostCall call(arguments.size());
   if (!host_run(op_id, entry, arguments, call)) return false;
   // the CPU kernel changed no device state: the host op opens at the clock it would have
@@ -1245,6 +1285,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     runtime_module = py::object();
   }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
+  m.def("register_view", &register_view, "Register a view op; its id, or -1.");
   m.def("drop_op", &drop_op, "Send op id to Python's path only.");
   m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");
