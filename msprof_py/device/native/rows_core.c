@@ -26,6 +26,8 @@ typedef struct {
     unsigned char *valid; /* validity bitmap, NULL while every value is present */
     PyObject *codes;     /* strings: str -> code (a dict), for this chunk */
     PyObject *values;    /* strings: the chunk's dictionary (a list, in code order) */
+    PyObject *last;      /* strings: the object coded last (held), and its code */
+    long long last_code;
 } Column;
 
 typedef struct {
@@ -76,6 +78,7 @@ static void free_columns(Column *cols, Py_ssize_t ncols) {
         PyMem_Free(cols[i].valid);
         Py_XDECREF(cols[i].codes);
         Py_XDECREF(cols[i].values);
+        Py_XDECREF(cols[i].last);
     }
     PyMem_Free(cols);
 }
@@ -157,19 +160,32 @@ static long long string_code(Column *c, PyObject *obj) {
         PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(obj)->tp_name);
         return -1;
     }
+    /* a column mostly repeats the string object of its row before ("" or an op's name) */
+    if (obj == c->last) return c->last_code;
+    long long code;
     PyObject *found = PyDict_GetItemWithError(c->codes, obj);
-    if (found != NULL) return PyLong_AsLongLong(found);
-    if (PyErr_Occurred()) return -1;
-    Py_ssize_t code = PyList_GET_SIZE(c->values);
-    if (code >= INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "too many distinct strings in one chunk");
-        return -1;
+    if (found != NULL) {
+        code = PyLong_AsLongLong(found);
+    } else {
+        if (PyErr_Occurred()) return -1;
+        code = PyList_GET_SIZE(c->values);
+        if (code >= INT32_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "too many distinct strings in one chunk");
+            return -1;
+        }
+        PyObject *number = PyLong_FromLongLong(code);
+        if (number == NULL) return -1;
+        int failed =
+            PyList_Append(c->values, obj) < 0 || PyDict_SetItem(c->codes, obj, number) < 0;
+        Py_DECREF(number);
+        if (failed) return -1;
     }
-    PyObject *number = PyLong_FromSsize_t(code);
-    if (number == NULL) return -1;
-    int failed = PyList_Append(c->values, obj) < 0 || PyDict_SetItem(c->codes, obj, number) < 0;
-    Py_DECREF(number);
-    return failed ? -1 : code;
+    PyObject *previous = c->last;
+    Py_INCREF(obj);
+    c->last = obj;
+    c->last_code = code;
+    Py_XDECREF(previous);
+    return code;
 }
 
 /* `obj` converted for column `c` into `out`; 0, or -1 with an error set. */
