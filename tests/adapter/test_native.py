@@ -297,6 +297,41 @@ def test_private_formats_agree_on_both_paths() -> None:
     assert storage_format(_formats_program()[0]) is not None
 
 
+@needs_native
+def test_a_wrapped_number_is_part_of_a_learned_launchs_key() -> None:
+    """``x % 7`` once learned does not stand for ``x % 12345``: the wrapped int is one of the
+    op's compile-cache attributes, so the other value is a key of its own (a tiling), as on
+    the Python path."""
+    state = runtime.STATE
+    assert state is not None
+    x = _ints()
+    for _ in range(3):
+        x % 7  # learned after its first run in the compiled kernel
+    before = set(state.compiled.keys)
+    assert torch.equal((x % 12345).cpu(), x.cpu() % 12345)
+    added = set(state.compiled.keys) - before
+    assert [key[1] for key in added if key[0][0] == "remainder"] == [(12345,)]
+
+
+def _watched(fn: Callable[[], object]) -> tuple[object, list[str], tuple[int, ...]]:
+    """``fn()``, the functions of ``backend.py`` Python entered while it ran, and what it
+    added to each of the compiled module's ``counts()``."""
+    frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("backend.py"):  # type: ignore[attr-defined]
+            frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    before = backend.NATIVE.counts()  # type: ignore[union-attr]
+    sys.setprofile(profile)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    after = backend.NATIVE.counts()  # type: ignore[union-attr]
+    return result, frames, tuple(a - b for a, b in zip(after, before, strict=True))
+
+
 def _views(t: torch.Tensor) -> list[torch.Tensor]:
     return [t.view(-1), t.t(), t[1:, ::2], t.unsqueeze(0), t.expand(2, 4, 6), t.reshape(6, 4)]
 
@@ -308,21 +343,9 @@ def test_views_run_in_the_boxed_kernel_as_in_the_python_fallback() -> None:
     the same storage (writing through the view writes the base); its errors read the same."""
     t = _x()
     _views(t)  # each op's first call makes its plan in Python
-    python_frames: list[str] = []
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code.co_filename.endswith("backend.py"):  # type: ignore[attr-defined]
-            python_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
-
-    before = backend.NATIVE.counts()  # type: ignore[union-attr]
-    sys.setprofile(profile)
-    try:
-        direct = _views(t)
-    finally:
-        sys.setprofile(None)
-    after = backend.NATIVE.counts()  # type: ignore[union-attr]
+    direct, python_frames, counted = _watched(lambda: _views(t))
     assert python_frames == []
-    assert after[2] - before[2] >= len(direct) and after[0] == before[0]  # no host half
+    assert counted[2] >= len(direct) and counted[0] == 0  # run in the kernel, no host half
     backend.NATIVE.set_direct(False)  # type: ignore[union-attr]
     try:
         through_python = _views(t)
@@ -497,27 +520,11 @@ def test_a_plain_op_runs_without_python_once_its_launch_is_learned() -> None:
     x = _x()
     x * 3  # seen once by Python (its plan registers it), then learned
     x * 3
-    python_frames: list[str] = []
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        if event == "call" and frame.f_code.co_filename.endswith("backend.py"):  # type: ignore[attr-defined]
-            python_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
-
-    before = backend.NATIVE.counts()  # type: ignore[union-attr]
-    sys.setprofile(profile)
-    try:
-        y = x * 3
-    finally:
-        sys.setprofile(None)
-    after = backend.NATIVE.counts()  # type: ignore[union-attr]
+    y, python_frames, counted = _watched(lambda: x * 3)
     assert python_frames == []
-    assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
+    assert counted[:2] == (1, 1)
     assert torch.equal(y.cpu(), x.cpu() * 3)
     wider = torch.cat([x, x])
-    python_frames.clear()
-    sys.setprofile(profile)
-    try:
-        wider * 3  # new shapes: Python finishes after the compiled host half, and learns
-    finally:
-        sys.setprofile(None)
+    # new shapes: Python finishes after the compiled host half, and learns
+    _, python_frames, _ = _watched(lambda: wider * 3)
     assert "finish_call" in python_frames and "fallback" not in python_frames

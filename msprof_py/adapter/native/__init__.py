@@ -26,7 +26,7 @@ from msprof_py.device.native import LazyBuild, build_dir, import_build
 SOURCE = Path(__file__).with_name("hot_path.cpp")
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 7
+ABI_VERSION = 8
 _RECORD = "build.json"
 
 

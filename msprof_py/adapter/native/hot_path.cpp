@@ -58,7 +58,7 @@
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 7;
+constexpr int kAbiVersion = 8;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -652,7 +652,21 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
   put(key, -1);
   for (const int64_t slot : entry.attr_slots) {
     const c10::IValue& a = arguments[slot];
-    if (a.isTensor() || a.isDouble() || a.isComplexDouble()) continue;
+    if (a.isTensor()) {
+      // a wrapped number (the 7 of ``x % 7``) is a Python number to compile_cache.attributes:
+      // an int or a bool is an attribute, a float is not
+      const at::Tensor& t = a.toTensor();
+      if (!t.defined() || !t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
+      if (t.scalar_type() == at::kBool) {
+        put(key, 2);
+        put(key, t.item<bool>());
+      } else if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+        put(key, 3);
+        put(key, t.item<int64_t>());
+      }
+      continue;
+    }
+    if (a.isDouble() || a.isComplexDouble()) continue;
     if (a.isNone()) {
       put(key, 1);
     } else if (a.isBool()) {
