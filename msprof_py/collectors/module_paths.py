@@ -37,7 +37,8 @@ class ModuleStack:
         #: class path and instance path of every level (joined, so pop is free)
         self._class_paths: list[str] = []
         self._paths: list[str] = []
-        #: (id(parent), id(child)) -> (parent, child) weakly, and the child's name
+        #: (id(parent), id(child)) -> the two weakly (dropping the entry when one dies), and the
+        #: child's name
         self._names: dict[tuple[int, int], tuple[Any, Any, str]] = {}
         #: ``Model/Block/Conv2d`` of the innermost module ("" outside any module)
         self.class_path = ""
@@ -77,13 +78,19 @@ class ModuleStack:
     def _name(self, parent: Any, module: Any) -> str:
         key = (id(parent), id(module))
         known = self._names.get(key)
-        # ids are reused once a module is freed: the entry holds for these very two modules
-        if known is not None and known[0]() is parent and known[1]() is module:
+        if known is not None:
             return known[2]
         name = child_name(parent, module)
-        # a module type without weak references is named every time
+        # ids are reused once a module is freed: the entry goes when either module dies, before
+        # its id can be given to another (a module type without weak references is named
+        # every time)
+        names = self._names
+
+        def forget(_: object) -> None:
+            names.pop(key, None)
+
         with contextlib.suppress(TypeError):
-            self._names[key] = (weakref.ref(parent), weakref.ref(module), name)
+            names[key] = (weakref.ref(parent, forget), weakref.ref(module, forget), name)
         return name
 
 

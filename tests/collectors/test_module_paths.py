@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 
 import torch
@@ -54,23 +53,29 @@ def test_stack_joins_instance_names_as_named_modules_does() -> None:
 def test_a_freed_modules_id_reused_by_another_child_gives_that_childs_name() -> None:
     """Names are cached by (parent, child) ids; once a child is freed, CPython may give its id
     to a new module (a graph-mode sample once recorded ``layers.2.down`` for ``layers.2.conv1``
-    this way): the cached name holds only for the very modules it was made for."""
-    net = _Net()
+    this way): the entry goes with the module, and the new one gets its own name."""
+    parent = torch.nn.Module()
+    parent.first = torch.nn.Linear(2, 2)
     stack = ModuleStack()
-    stack.push(net)
-    stack.push(net.head)
-    assert stack.instance_path == "head"
+    stack.push(parent)
+    stack.push(parent.first)
+    assert stack.instance_path == "first"
     stack.pop()
-    gone = torch.nn.Linear(4, 2)
-    net.tail = torch.nn.Linear(4, 2)
-    # the state an id reuse leaves: the entry for (net, tail)'s ids was made for another child
-    stack._names[(id(net), id(net.tail))] = (weakref.ref(net), weakref.ref(gone), "head")
-    del gone
-    stack.push(net.tail)
-    assert stack.instance_path == "tail"
+    key = (id(parent), id(parent.first))
+    del parent.first
+    assert key not in stack._names  # dropped when the module died
+    kept = []  # modules made until one takes the freed id (CPython reuses it at once)
+    while len(kept) < 1000:
+        kept.append(torch.nn.Linear(2, 2))
+        if id(kept[-1]) == key[1]:
+            break
+    parent.second = kept[-1]
+    stack.push(parent.second)
+    assert stack.instance_path == "second"
     stack.pop()
-    stack.push(net.head)  # the cache still serves modules it was made for
-    assert stack.instance_path == "head"
+    assert (id(parent), id(parent.second)) in stack._names
+    stack.push(parent.second)  # served from the cache now
+    assert stack.instance_path == "second"
 
 
 def test_a_module_its_caller_does_not_own_is_named_by_class() -> None:

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 from model_helpers import compare_training
 from optional import LazyModule, needs
 from torch import nn
 
+from msprof_py.adapter import native
 from msprof_py.device import SimulatedNpu
+from msprof_py.profile.schema import RAW_DIR, TABLES
 
 pytestmark = needs("transformers")
 transformers = LazyModule("transformers")
@@ -145,3 +154,70 @@ def test_fused_optimizer_trains_bitwise_like_cpu(npu: SimulatedNpu, name: str) -
 def test_tied_models_keep_their_ties(npu: SimulatedNpu) -> None:
     model = _gpt2("eager").to("npu")
     assert model.lm_head.weight is model.transformer.wte.weight
+
+
+_RECORDED_BERT = """
+import json, sys
+from pathlib import Path
+import torch
+sys.path.insert(0, sys.argv[2])
+import torchvision_guard
+torchvision_guard.guard()
+import msprof_py
+from msprof_py.adapter import native
+from msprof_py.collectors.session import SessionConfig, start_session
+session = start_session(SessionConfig(output=sys.argv[1], export=False, deterministic=True))
+import transformers
+torch.manual_seed(0)
+config = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2,
+    num_attention_heads=2, intermediate_size=64, max_position_embeddings=32)
+model = transformers.BertForSequenceClassification(config).to("npu")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+ids = torch.randint(1, 96, (2, 12)).to("npu")
+labels = torch.tensor([0, 1]).to("npu")
+for _ in range(3):
+    loss = model(input_ids=ids, labels=labels).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    loss.item()
+    msprof_py.step()
+print(json.dumps({"run": str(session.stop()), "path": native.status()}))
+"""
+
+
+def _recorded_bert(out: Path, **env: str) -> tuple[str, dict[str, pa.Table]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _RECORDED_BERT, str(out), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **env},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    raw = Path(result["run"]) / RAW_DIR
+    tables = {}
+    for name in TABLES:
+        parts = sorted(raw.glob(f"{name}-*.parquet"))
+        if parts:
+            tables[name] = pa.concat_tables([pq.read_table(p) for p in parts])
+    return result["path"], tables
+
+
+def test_a_recorded_bert_step_is_the_same_profile_on_the_compiled_and_python_paths(
+    tmp_path: Path,
+) -> None:
+    """The compiled npu kernel runs views and plain ops and writes their host-op rows itself:
+    a recorded BERT fine-tuning step gives every table (tasks, host ops with their module
+    paths and autograd sequence numbers, memory, steps) exactly as the all-Python path does."""
+    compiled_path, compiled = _recorded_bert(tmp_path / "compiled")
+    python_path, python = _recorded_bert(tmp_path / "python", MSPROF_NATIVE="0")
+    assert python_path.startswith("Python (")
+    if native.load() is not None:  # else both runs took the Python path
+        assert compiled_path.startswith("compiled")
+    assert compiled.keys() == python.keys() and {"tasks", "host_events"} <= compiled.keys()
+    assert compiled["host_events"].num_rows > 500
+    assert any(compiled["host_events"].column("module_path").to_pylist())
+    for name in compiled:
+        assert compiled[name].equals(python[name]), name

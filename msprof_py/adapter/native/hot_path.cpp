@@ -18,10 +18,12 @@
 //
 // - npu_kernel(), the boxed PrivateUse1 kernel install_kernels() registers (the backend
 //   fallback and the ops that run whole): torch calls it with the op's arguments on its stack.
-//   Without a profiler listening (no op observer, modelled host time, numerics "cpu"), a plain
-//   op already seen by Python runs here without a Python frame; when its launch was learned,
-//   nothing of it runs in Python. Everything else -- other ops, a recording, an unlearned
-//   launch's finish -- is handed to the Python fallback with the arguments converted as torch
+//   With modelled host time and no dispatch mode, and no observer or the recorder with its row
+//   sink and no stack capture, a view or plain op already seen by Python runs here without a
+//   Python frame (a view: its Meta kernel; a plain op, numerics "cpu": the host half, then the
+//   learned launch), the recorder's host-op row written from here. Everything else -- other
+//   ops, an unlearned launch's finish -- is handed to the Python fallback with the arguments
+//   converted as torch
 //   converts them for a Python kernel (positional arguments up to the first trailing default,
 //   keyword-only ones by name unless defaulted; dtypes, layouts and memory formats as their
 //   Python objects) and the Python result converted back per the schema's returns.
@@ -135,15 +137,19 @@ int lookup(PyObject* obj, PyObject* name, PyObject** out) {
 #endif
 }
 
-// True when an int of ``type`` stands for a dtype, a layout or a memory format (its Python value
-// is torch's object for it).
-bool is_enum(const c10::TypePtr& type) {
+// The kind of an argument of ``type`` (or of an optional one) when its int stands for a dtype,
+// a layout or a memory format (its Python value is torch's object for it); else AnyType.
+c10::TypeKind enum_kind(const c10::TypePtr& type) {
   c10::TypePtr element = type;
   if (auto opt = type->cast<c10::OptionalType>()) element = opt->getElementType();
   const auto kind = element->kind();
-  return kind == c10::TypeKind::ScalarTypeType || kind == c10::TypeKind::LayoutType ||
-         kind == c10::TypeKind::MemoryFormatType;
+  const bool is_enum = kind == c10::TypeKind::ScalarTypeType ||
+                       kind == c10::TypeKind::LayoutType ||
+                       kind == c10::TypeKind::MemoryFormatType;
+  return is_enum ? kind : c10::TypeKind::AnyType;
 }
+
+bool is_enum(const c10::TypePtr& type) { return enum_kind(type) != c10::TypeKind::AnyType; }
 
 Kind kind_of(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) return Kind::kTensor;
@@ -250,22 +256,19 @@ void drop_op(int op_id) { ops.at(static_cast<size_t>(op_id)).enabled = false; }
 // as torch's objects (their IValues are ints), anything else as torch::jit::toPyObject makes it.
 py::object python_value(const c10::Argument& arg, const c10::IValue& value) {
   if (value.isNone()) return py::none();
-  if (is_enum(arg.real_type())) {
-    c10::TypePtr element = arg.real_type();
-    if (auto opt = element->cast<c10::OptionalType>()) element = opt->getElementType();
-    const auto kind = element->kind();
-    if (kind == c10::TypeKind::ScalarTypeType) {
+  switch (enum_kind(arg.real_type())) {
+    case c10::TypeKind::ScalarTypeType:
       return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
           torch::getTHPDtype(static_cast<c10::ScalarType>(value.toInt()))));
-    }
-    if (kind == c10::TypeKind::LayoutType) {
+    case c10::TypeKind::LayoutType:
       return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
           torch::getTHPLayout(static_cast<c10::Layout>(value.toInt()))));
-    }
-    return py::reinterpret_borrow<py::object>(
-        torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(value.toInt())));
+    case c10::TypeKind::MemoryFormatType:
+      return py::reinterpret_borrow<py::object>(
+          torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(value.toInt())));
+    default:
+      return torch::jit::toPyObject(value);
   }
-  return torch::jit::toPyObject(value);
 }
 
 // The Python (args, kwargs) of a boxed call, as torch hands them to a Python kernel: positional
@@ -520,8 +523,6 @@ struct HostCall {
   std::string key;
   bool keyed = false;
 
-  explicit HostCall(size_t) {}
-
   // The npu value of fresh result ``value`` (a tensor or a list of them).
   c10::IValue adopt_value(const c10::IValue& value) {
     if (value.isTensor()) {
@@ -653,16 +654,17 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
   for (const int64_t slot : entry.attr_slots) {
     const c10::IValue& a = arguments[slot];
     if (a.isTensor()) {
-      // a wrapped number (the 7 of ``x % 7``) is a Python number to compile_cache.attributes:
-      // an int or a bool is an attribute, a float is not
+      // a wrapped number (the 7 of ``x % 7``: a 0-dim CPU tensor of the Python number's type)
+      // is a Python number to compile_cache.attributes: an int or a bool is an attribute, a
+      // float is not; read in place, no dispatch
       const at::Tensor& t = a.toTensor();
       if (!t.defined() || !t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
       if (t.scalar_type() == at::kBool) {
         put(key, 2);
-        put(key, t.item<bool>());
-      } else if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+        put(key, *t.const_data_ptr<bool>());
+      } else if (t.scalar_type() == at::kLong) {
         put(key, 3);
-        put(key, t.item<int64_t>());
+        put(key, *t.const_data_ptr<int64_t>());
       }
       continue;
     }
@@ -928,7 +930,7 @@ py::object run(int op_id, py::tuple args, py::dict kwargs, py::handle state) {
     }
   }
   if (by_name != kwargs.size()) return py::none();  // a name the schema does not have
-  HostCall call(count);
+  HostCall call;
   if (!host_run(op_id, entry, arguments, call)) return py::none();
   if (launch_learned(call, state)) {
     py::list done(1);
@@ -992,24 +994,21 @@ constexpr size_t kTextLimit = 65536;
 const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchema& schema,
                                                         const std::vector<c10::IValue>& arguments) {
   const size_t positional = positional_count(schema, arguments);
-  std::string key;
+  std::vector<const at::Tensor*> shown;
   for (size_t i = 0; i < positional; ++i) {
     if (!arguments[i].isTensor()) continue;
     const at::Tensor& t = arguments[i].toTensor();
-    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
-    put(key, static_cast<int64_t>(t.scalar_type()));
-    put(key, t.dim());
-    for (const int64_t size : t.sizes()) put(key, size);
+    if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) shown.push_back(&t);
   }
+  std::string key;
+  for (const at::Tensor* t : shown) put_tensor(key, *t);
   auto found = arg_texts.find(key);
   if (found != arg_texts.end()) return found->second;
   std::string shapes;
   std::string dtypes;
   bool first = true;
-  for (size_t i = 0; i < positional; ++i) {
-    if (!arguments[i].isTensor()) continue;
-    const at::Tensor& t = arguments[i].toTensor();
-    if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) continue;
+  for (const at::Tensor* tensor : shown) {
+    const at::Tensor& t = *tensor;
     if (!first) {
       shapes += ';';
       dtypes += ';';
@@ -1155,7 +1154,7 @@ bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a
     return true;
   }
   if (truthy(get(state, s_fast))) return false;  // numerics "fast" widens in Python
-  HostCall call(arguments.size());
+  HostCall call;
   if (!host_run(op_id, entry, arguments, call)) return false;
   // the CPU kernel changed no device state: the host op opens at the clock it would have
   // opened at before it
