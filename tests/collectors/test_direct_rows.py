@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from raw_tables import read_raw_tables
 
 from msprof_py.adapter import native as adapter_native
 from msprof_py.device import RecordBus
@@ -88,12 +88,7 @@ def _record(tmp_path: Path, mode: str) -> tuple[dict[str, pa.Table], str, int]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    raw = Path(result["run"]) / RAW_DIR
-    tables = {}
-    for name in TABLES:
-        parts = sorted(raw.glob(f"{name}-*.parquet"))
-        if parts:
-            tables[name] = pa.concat_tables([pq.read_table(p) for p in parts])
+    tables = read_raw_tables(Path(result["run"]) / RAW_DIR)
     return tables, result["direct"], result["recorded_in_cpp"]
 
 

@@ -10,16 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from model_helpers import compare_training
 from optional import LazyModule, needs
+from raw_tables import read_raw_tables
 from torch import nn
 
 from msprof_py.adapter import native
 from msprof_py.device import SimulatedNpu
-from msprof_py.profile.schema import RAW_DIR, TABLES
+from msprof_py.profile.schema import RAW_DIR
 
 pytestmark = needs("transformers")
 transformers = LazyModule("transformers")
@@ -196,12 +196,7 @@ def _recorded_bert(out: Path, **env: str) -> tuple[str, dict[str, pa.Table]]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    raw = Path(result["run"]) / RAW_DIR
-    tables = {}
-    for name in TABLES:
-        parts = sorted(raw.glob(f"{name}-*.parquet"))
-        if parts:
-            tables[name] = pa.concat_tables([pq.read_table(p) for p in parts])
+    tables = read_raw_tables(Path(result["run"]) / RAW_DIR)
     return result["path"], tables
 
 
