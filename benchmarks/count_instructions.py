@@ -22,6 +22,8 @@ same code gives the same count every time:
     python benchmarks/count_instructions.py [--modes plain,record] [--small 1000] [--large 5000]
         [--pythonpath DIR]   # another checkout's msprof_py, for a before/after in one run
         [--hash-seed N]      # PYTHONHASHSEED (default 0)
+        [--workload step]    # a small MLP's training steps instead (autograd, optimizer);
+                             # --small and --large then count steps (e.g. 20 and 120)
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -59,6 +61,19 @@ try:
 except ImportError:
     core = "Python (this checkout has no compiled device cores)"
 sys.stderr.write(f"msprof_py: {msprof_py.__file__}; engine core: {core}\\n")
+if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimizer
+    model = torch.nn.Sequential(
+        *[m for _ in range(4) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())]
+    ).to("npu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch = torch.randn(16, 32).to("npu")
+    for i in range(5 + n):  # five warm-up steps in both runs
+        loss = model(batch).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        msprof_py.step()
+    os._exit(0)
 x = torch.randn(64, device="npu")
 for warm_up in range(2):  # what the first ops and steps import or build, in both runs
     for i in range(200):
@@ -77,8 +92,11 @@ _IMPORTED = re.compile(r"msprof_py: (\S+)/msprof_py/__init__.py; engine core: (.
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def count(mode: str, ops: int, pythonpath: str | None, hash_seed: int = 0) -> int:
-    """Instructions of one process running ``ops`` small ops in ``mode``."""
+def count(
+    mode: str, ops: int, pythonpath: str | None, hash_seed: int = 0, workload: str = "ops"
+) -> int:
+    """Instructions of one process running ``ops`` small ops (or training steps, workload
+    ``step``) in ``mode``."""
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = str(hash_seed)  # the same dict and set layouts in every run
     # no BLAS or OpenMP worker threads: their spin-waits count instructions by timing
@@ -90,7 +108,7 @@ def count(mode: str, ops: int, pythonpath: str | None, hash_seed: int = 0) -> in
     out = subprocess.run(
         [
             "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-            sys.executable, "-c", LOOP, mode, str(ops),
+            sys.executable, "-c", LOOP, mode, str(ops), workload,
         ],
         capture_output=True, text=True, env=env, check=False, cwd=tempfile.gettempdir(),
     )  # fmt: skip
@@ -113,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", type=int, default=5000, help="ops in the long run")
     parser.add_argument("--pythonpath", help="PYTHONPATH for the runs (another checkout)")
     parser.add_argument("--hash-seed", type=int, default=0, help="PYTHONHASHSEED of the runs")
+    parser.add_argument(
+        "--workload",
+        choices=("ops", "step"),
+        default="ops",
+        help="the small-op loop (per op), or a small MLP's training steps (per step; "
+        "--small and --large count steps)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("count_instructions: valgrind is not installed (apt-get install valgrind)")
@@ -125,11 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         counts = dict(
             zip(
                 jobs,
-                pool.map(lambda j: count(*j, args.pythonpath, args.hash_seed), jobs),
+                pool.map(
+                    lambda j: count(*j, args.pythonpath, args.hash_seed, args.workload), jobs
+                ),
                 strict=True,
             )
         )
-    print("| mode | instructions per op | process, small run | process, large run |")
+    unit = "op" if args.workload == "ops" else "step"
+    print(f"| mode | instructions per {unit} | process, small run | process, large run |")
     print("|---|---:|---:|---:|")
     for m in modes:
         small, large = counts[(m, args.small)], counts[(m, args.large)]

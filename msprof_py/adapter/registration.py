@@ -36,14 +36,32 @@ def _skip_in_dynamo(*functions: object) -> None:
         frames.set_code_exec_strategy(fn.__code__, skip)  # type: ignore[attr-defined]
 
 
+def _register_compiled_guard() -> bool:
+    """Register the compiled guard and hooks (``native/device_guard.cpp``) where the compiled
+    module is built; whether the guard is now the compiled one.
+
+    torch's Python guard takes the GIL and calls ``_DeviceGuard.type_`` for every question,
+    among them ``getStream``, which torch declares noexcept: a KeyboardInterrupt pending at
+    that call, or an autograd thread asking while Python exits, aborts the process ("terminate
+    called without an active exception"). The compiled one answers without Python."""
+    from msprof_py.adapter import native
+
+    module = native.load()
+    return module is not None and bool(module.register_npu_device())
+
+
 def register_device() -> None:
-    """Name PrivateUse1 ``npu`` and attach the device guard and hooks (once per process).
+    """Name PrivateUse1 ``npu`` and attach the device guard and hooks (once per process): the
+    compiled ones where the compiled module is built, else :class:`_DeviceGuard` and
+    :class:`_Hooks`.
 
     The device module (``torch.npu``) is registered by the caller afterwards: it refers to
     ``torch.device("npu")``, which exists only after the rename.
     """
     torch.utils.rename_privateuse1_backend("npu")
     torch.utils.generate_methods_for_privateuse1_backend()
+    if _register_compiled_guard():
+        return
     _skip_in_dynamo(
         _DeviceGuard.type_, _Hooks.is_available, _Hooks.has_primary_context, _Hooks.is_built
     )

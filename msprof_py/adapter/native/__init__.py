@@ -23,10 +23,11 @@ import torch
 
 from msprof_py.device.native import LazyBuild, build_dir, import_build
 
-SOURCE = Path(__file__).with_name("hot_path.cpp")
+#: the per-op path, and the device guard and hooks it registers in place of torch's Python ones
+SOURCES = [Path(__file__).with_name(name) for name in ("hot_path.cpp", "device_guard.cpp")]
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 8
+ABI_VERSION = 9
 _RECORD = "build.json"
 
 
@@ -38,7 +39,9 @@ COMPILE_FLAGS = ["-O2", "-DNDEBUG"]
 def source_digest() -> str:
     """What a build must match: the source, its compile flags, torch's version and the Python
     ABI."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        digest.update(source.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS).encode())
     digest.update(torch.__version__.encode())
     digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
@@ -46,7 +49,7 @@ def source_digest() -> str:
 
 
 def build(folder: Path | None = None, verbose: bool = False) -> Path:
-    """Compile ``hot_path.cpp`` into ``folder`` (default :func:`build_dir`); the module's path.
+    """Compile :data:`SOURCES` into ``folder`` (default :func:`build_dir`); the module's path.
 
     Raises whatever the compiler or ``torch.utils.cpp_extension`` raises."""
     from torch.utils import cpp_extension
@@ -56,7 +59,7 @@ def build(folder: Path | None = None, verbose: bool = False) -> Path:
     (folder / _RECORD).unlink(missing_ok=True)
     cpp_extension.load(
         MODULE_NAME,
-        [str(SOURCE)],
+        [str(source) for source in SOURCES],
         extra_cflags=COMPILE_FLAGS,
         build_directory=str(folder),
         verbose=verbose,

@@ -57,10 +57,13 @@
 #include <unordered_map>
 #include <vector>
 
+// device_guard.cpp: the npu's device guard and hooks, without Python
+bool register_npu_device();
+
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 8;
+constexpr int kAbiVersion = 9;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1282,6 +1285,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
   m.def("abi_version", [] { return kAbiVersion; }, "The contract version run() keeps.");
   m.def("init", &init, "Take the npu storage allocator from an npu tensor torch made.");
+  m.def("register_npu_device", &register_npu_device,
+        "Register the C++ npu device guard and hooks; whether the guard is ours.");
   // the learned launches and the kernels' Python callables hold Python objects: drop them
   // while Python still runs (an op dispatched after that is an error, not a crash)
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
