@@ -150,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = dict(
             zip(
                 jobs,
-                pool.map(
-                    lambda j: count(*j, args.pythonpath, args.hash_seed, args.workload), jobs
-                ),
+                pool.map(lambda j: count(*j, args.pythonpath, args.hash_seed, args.workload), jobs),
                 strict=True,
             )
         )

@@ -263,6 +263,7 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
     the compiled path gave a key, it learns this launch: later calls with the same op, shapes,
     dtypes and attribute values do it themselves (see ``hot_path.cpp``)."""
     result, inputs, outputs, fresh, stale, formatted, key = found
+    conversions = TRANSDATA_LAUNCHES[0]
     # a private format changes no host value: converting the inputs now (the Python path does
     # it before the host call) launches the same TransData tasks before the op's own
     ref_format = _prepare_formats(state, plan, args, inputs) if formatted else None
@@ -270,9 +271,17 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
         resync(target, view, state, plan.name)
     for out in fresh:
         attach_memory(out, state, plan.name)
+    tags = None
     if ref_format is not None:
+        kept = [storage_format(out) for out in outputs]
         _tag_outputs(state, plan, outputs, ref_format)
+        if key is not None:
+            tags = _learned_tags(plan, outputs, fresh, kept)
+            if tags is False:
+                key = None
     planned = launch(state, plan, inputs, outputs, args)
+    if TRANSDATA_LAUNCHES[0] != conversions:
+        key = None  # the next call may find its inputs converted: learn that one
     if key is not None and state.capture is None and state.npu.l2 is None:
         kernels = planned.kernels
         fields = planned.fields if kernels else ()  # nothing to record without kernels
@@ -284,8 +293,34 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
             plan.name,
             compiled,
             compiled.epoch,
+            tags,
         )
     return result
+
+
+def _learned_tags(
+    plan: OpPlan,
+    outputs: list[torch.Tensor | None],
+    fresh: list[torch.Tensor],
+    kept: list[tuple[str, tuple[int, ...]] | None],
+) -> tuple | bool | None:
+    """What a learned launch does after :func:`_tag_outputs` tagged ``outputs`` (``kept``:
+    their formats before): for each of ``fresh``, None or (its ``_npu_fmt``, padded bytes,
+    memory tag); None when none was tagged; False when a written argument was (the compiled
+    launch tags fresh outputs only)."""
+    fresh_ids = {id(out) for out in fresh}
+    for out, before in zip(outputs, kept, strict=True):
+        if out is not None and id(out) not in fresh_ids and storage_format(out) != before:
+            return False
+    tags = []
+    for out in fresh:
+        fmt = storage_format(out)
+        tags.append(
+            None
+            if fmt is None
+            else (fmt, storage_bytes(fmt[1], dtype_name(out.dtype), fmt[0]), plan.base)
+        )
+    return tuple(tags) if any(tag is not None for tag in tags) else None
 
 
 def whole_op_kernel(op: torch._ops.OpOverload) -> Callable[..., Any]:
@@ -481,6 +516,11 @@ def _adopt_value(
 # ---- formats -----------------------------------------------------------------------------
 
 
+#: TransData launches so far, in one cell (a launch that converted an input is not learned:
+#: the next call with the same key may find it converted)
+TRANSDATA_LAUNCHES = [0]
+
+
 def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True) -> None:
     """Launch a TransData re-laying ``t``'s storage into ``dst``.
 
@@ -492,6 +532,7 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
     src, shape = current if current is not None else (formats.ND, tuple(t.shape))
     if src == dst:
         return
+    TRANSDATA_LAUNCHES[0] += 1
     cost = costmodel.transdata_cost(state.npu.spec, shape, dtype_name(t.dtype), src, dst)
     ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
     compile_kernel(state, "TransData", ins, outs)

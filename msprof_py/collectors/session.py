@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime as dt
-import functools
 import os
 import platform
 import signal
@@ -160,8 +159,7 @@ class Session:
         self.writer = RawWriter(self.run_dir / RAW_DIR, meta)
         self.recorder = Recorder(
             self.writer,
-            # the engine's host clock, read with no Python frame (twice per recorded op)
-            functools.partial(getattr, engine, "host_ns"),
+            engine.host_clock(),  # read with no Python frame (twice per recorded op)
             warmup=cfg.warmup,
             iteration=cfg.iteration,
             record_tasks=cfg.task_time,

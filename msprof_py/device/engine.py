@@ -16,7 +16,8 @@ flight) blocks the host until its oldest task ends, and so does a full task queu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from msprof_py.device import native
@@ -182,6 +183,11 @@ class _EngineMethods:
         return event
 
     # ---- host clock -----------------------------------------------------------------------
+
+    def host_clock(self) -> Callable[[], int]:
+        """A callable that reads :attr:`host_ns` now: ``getattr`` bound to this engine, so the
+        compiled cores and the recorder call it per record without a Python frame."""
+        return functools.partial(getattr, self, "host_ns")
 
     def advance_host(self, ns: int, name: str = "") -> None:
         """Move the host clock forward by ``ns`` (application time between runtime calls)."""

@@ -30,11 +30,14 @@ class SimulatedNpu:
         mem = self.spec.memory
         self.l2 = L2Residency(mem.l2_bytes) if mem.l2_reuse and mem.l2_bytes else None
         self.memory = CachingAllocator(
-            self.hbm, self.spec.allocation, clock=self._host_clock, bus=self.bus
+            self.hbm, self.spec.allocation, clock=self.engine.host_clock(), bus=self.bus
         )
 
-    def _host_clock(self) -> int:
-        return self.engine.host_ns
+    def replace_engine(self, engine: Engine) -> None:
+        """Schedule on ``engine`` from now on (an engine on another scheduling core, for
+        tests); the allocator's memory records take their time from its host clock."""
+        self.engine = engine
+        self.memory._clock = engine.host_clock()
 
     def subscribe(self, callback: Subscriber) -> None:
         """Deliver every future task, host and memory record to ``callback``."""

@@ -41,7 +41,9 @@ PARTS_PER_INTERVAL_S = 500
 def _dictionary_columns(table: pa.Table) -> list[str]:
     """The columns worth dictionary-encoding: the strings (op names, shapes, dtypes repeat);
     ids and times are nearly all distinct, and a dictionary only costs time there."""
-    return [f.name for f in table.schema if pa.types.is_string(f.type)]
+    return [
+        f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_dictionary(f.type)
+    ]
 
 
 #: each table's rows as one Arrow struct type (built once per table)
@@ -76,17 +78,36 @@ def new_rows(table: Table, compiled: bool = True) -> Any:
 
 
 def _column_array(kind: pa.DataType, count: int, column: tuple) -> pa.Array:
-    """One column of a compiled buffer's ``take()`` as an Arrow array."""
-    data, valid, offsets = column
+    """One column of a compiled buffer's ``take()`` as an Arrow array (strings: dictionary
+    encoded, the chunk's codes into its dictionary)."""
+    data, valid, dictionary = column
     validity = None if valid is None else pa.py_buffer(valid)
-    if offsets is None:
+    if dictionary is None:
         return pa.Array.from_buffers(kind, count, [validity, pa.py_buffer(data)])
-    return pa.Array.from_buffers(kind, count, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    codes = pa.Array.from_buffers(pa.int32(), count, [validity, pa.py_buffer(data)])
+    return pa.DictionaryArray.from_arrays(codes, pa.array(dictionary, type=pa.string()))
+
+
+#: each table's schema with its string columns dictionary-encoded (what compiled buffers give)
+_DICTIONARY_SCHEMAS: dict[str, pa.Schema] = {}
+
+
+def _dictionary_schema(table: Table) -> pa.Schema:
+    schema = _DICTIONARY_SCHEMAS.get(table.name)
+    if schema is None:
+        coded = pa.dictionary(pa.int32(), pa.string())
+        schema = _DICTIONARY_SCHEMAS[table.name] = pa.schema(
+            [f.with_type(coded) if pa.types.is_string(f.type) else f for f in table.schema],
+            metadata=table.schema.metadata,
+        )
+    return schema
 
 
 def take_table(rows: Any, table: Table) -> pa.Table:
     """Every row buffered in ``rows`` (from :func:`new_rows`) as an Arrow table, leaving it
-    empty. Rows appended meanwhile by another thread stay for the next call."""
+    empty. Rows appended meanwhile by another thread stay for the next call. From a compiled
+    buffer the string columns come dictionary-encoded; a part written from either reads back
+    with the table's own types (parts do not store the Arrow schema)."""
     if isinstance(rows, list):
         taken = rows[: len(rows)]
         del rows[: len(taken)]
@@ -96,7 +117,7 @@ def take_table(rows: Any, table: Table) -> pa.Table:
         _column_array(column.type, count, taken)
         for column, taken in zip(table.columns, columns, strict=True)
     ]
-    return pa.Table.from_arrays(arrays, schema=table.schema)
+    return pa.Table.from_arrays(arrays, schema=_dictionary_schema(table))
 
 
 def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
@@ -105,8 +126,17 @@ def _write_part(table: pa.Table, part: Path) -> dict[str, Any]:
     # written by path, not through a Python file object: no Python callback runs inside
     # pyarrow's C++ writer, so a signal handler (SIGTERM's SystemExit) never fires there
     try:
+        strings = _dictionary_columns(table)
         pq.write_table(
-            table, str(tmp), write_page_checksum=True, use_dictionary=_dictionary_columns(table)
+            table,
+            str(tmp),
+            write_page_checksum=True,
+            use_dictionary=strings,
+            # min and max of strings cost a copy of every value; nothing reads them
+            write_statistics=[n for n in table.column_names if n not in strings],
+            # a string column reads back as a string whether it was written from a dictionary
+            # (a compiled buffer's chunk) or not; Parquet's own types say the rest
+            store_schema=False,
         )
     except OSError as exc:  # pyarrow's text is long; say it as the OS says it, with the file
         if not exc.errno:

@@ -298,6 +298,29 @@ def test_private_formats_agree_on_both_paths() -> None:
 
 
 @needs_native
+def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
+    """An op on tensors held in a private format, making its outputs in it, is learned like
+    any other, the inputs' formats in its key: run again, the compiled path launches it with
+    the same tasks, padded device memory and output formats as the Python path. An op whose
+    inputs needed a TransData is not learned (the next call may find them converted)."""
+    from msprof_py.adapter.tensors import storage_format
+
+    _device_records(_formats_program, use_native=True)  # seen once: learned
+    python_value, python_records, _ = _device_records(_formats_program, use_native=False)
+    learned: list[int] = []
+    native_value, native_records, ran = _device_records(
+        _formats_program, use_native=True, learned=learned
+    )
+    _same(python_value, native_value)
+    assert native_records == python_records
+    # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z; not: the
+    # three reductions, whose inputs are converted to ND first
+    assert (ran, learned[0]) == (8, 5)
+    shifted = _formats_program()[0]
+    assert storage_format(shifted) == ("NC1HWC0", tuple(shifted.shape))
+
+
+@needs_native
 def test_a_wrapped_number_is_part_of_a_learned_launchs_key() -> None:
     """``x % 7`` once learned does not stand for ``x % 12345``: the wrapped int is one of the
     op's compile-cache attributes, so the other value is a key of its own (a tiling), as on
@@ -330,6 +353,38 @@ def _watched(fn: Callable[[], object]) -> tuple[object, list[str], tuple[int, ..
         sys.setprofile(None)
     after = backend.NATIVE.counts()  # type: ignore[union-attr]
     return result, frames, tuple(a - b for a, b in zip(after, before, strict=True))
+
+
+@needs_native
+def test_an_output_mask_is_part_of_a_learned_launchs_key() -> None:
+    """native_batch_norm_backward's output mask (a list of bools, an attribute) is in the key:
+    the same mask again is launched without Python, another mask is finished by Python first,
+    and each gives the CPU kernel's gradients."""
+    op = torch.ops.aten.native_batch_norm_backward.default
+    x, grad = _npu(2, 3, 4, 4, seed=1), _npu(2, 3, 4, 4, seed=2)
+    weight, mean, var = _npu(3, seed=3), _npu(3, seed=4), _npu(3, seed=5).abs()
+    invstd = (var + 1e-5).rsqrt()
+
+    def call(mask: list[bool]) -> tuple:
+        return op(grad, x, weight, mean, var, mean, invstd, True, 1e-5, mask)
+
+    everything, only_input = [True, True, True], [True, False, False]
+    call(everything)  # its plan is made, then its launch learned
+    call(everything)
+    got, python_frames, counted = _watched(lambda: call(everything))
+    assert python_frames == [] and counted[:2] == (1, 1)
+    expected = op(
+        *[
+            a.cpu() if isinstance(a, torch.Tensor) else a
+            for a in (grad, x, weight, mean, var, mean, invstd, True, 1e-5, everything)
+        ]
+    )
+    for npu_value, cpu_value in zip(got, expected, strict=True):
+        assert torch.equal(npu_value.cpu(), cpu_value)
+    got, python_frames, _ = _watched(lambda: call(only_input))
+    assert "finish_call" in python_frames  # a new key
+    assert got[1] is None and got[2] is None
+    assert torch.equal(got[0].cpu(), expected[0])
 
 
 def _views(t: torch.Tensor) -> list[torch.Tensor]:

@@ -2,7 +2,8 @@
 
 Where ``msprof_py/device/native`` is built, the raw writer buffers rows as typed columns
 (``RowBuffer``) and, while the recorder is the bus's only subscriber, the engine core writes a
-kernel launch's task and launch rows itself (``RowSink``) instead of emitting two records. Both
+kernel launch's task and launch rows, and the row of a host blocked on a full queue, itself
+(``RowSink``) instead of emitting records. Both
 must give exactly the tables the record path gives: the same program is recorded three ways
 (direct sink, with the compiled per-op kernel writing host op rows; the same with that kernel
 handing every op to Python; record path through the compiled buffers, forced by a second
@@ -66,6 +67,10 @@ for step in range(4):
     t = threading.Thread(target=side)
     t.start()
     t.join()
+    if step == 2:  # more launches than the task queue holds: the host blocks on it
+        z = torch.ones(64, device="npu")
+        for _ in range(1500):
+            z = (z * 0.5).add_(1.0)
     loss.item()
     msprof_py.step()
 after = backend.NATIVE.counts() if backend.NATIVE is not None else (0, 0, 0, 0)
@@ -112,8 +117,12 @@ def test_direct_rows_equal_the_record_path_and_the_python_path(tmp_path: Path) -
             assert direct[name].equals(tables[name]), (mode, name)
     assert {"tasks", "host_events", "memory", "steps"} <= direct.keys()
     tasks = direct["tasks"].to_pydict()
-    launches = [k for k in direct["host_events"].column("kind").to_pylist() if k == "launch"]
-    assert len(launches) > 50 and tasks["kind"].count("kernel") > 50
+    kinds = direct["host_events"].column("kind").to_pylist()
+    assert kinds.count("launch") > 50 and tasks["kind"].count("kernel") > 50
+    # the host blocked: on full queues (rows the engine core writes) and on .item()
+    names = direct["host_events"].column("name").to_pylist()
+    blocked = {name for kind, name in zip(kinds, names, strict=True) if kind == "sync"}
+    assert blocked & {"stream queue full", "task queue full"} and len(blocked) >= 2, blocked
     assert set(tasks["step"]) == {1, 2}  # the iteration window: warm-up step 0 left out
     # the main thread, autograd's device thread (backward) and the side thread
     assert len(set(direct["host_events"].column("thread").to_pylist())) == 3
@@ -165,13 +174,16 @@ def test_row_buffers_give_the_tables_row_tuples_give(data: st.DataObject) -> Non
     batches = data.draw(st.lists(st.lists(_row(table), max_size=40), min_size=1, max_size=3))
     rows = new_rows(table)
     assert isinstance(rows, CORE.RowBuffer)
+    strings = {c.name for c in table.columns if c.type == pa.string()}
     for batch in batches:  # several chunks: each take starts the next one empty
         for row in batch:
             rows.append(row)
         assert len(rows) == len(batch)
         got = take_table(rows, table)
         assert len(rows) == 0
-        assert got.equals(_rows_to_table(batch, table))
+        # strings come dictionary-encoded (what Parquet writes as its dictionary page)
+        assert all(pa.types.is_dictionary(f.type) for f in got.schema if f.name in strings)
+        assert got.cast(table.schema).equals(_rows_to_table(batch, table))
 
 
 @needs_core
@@ -201,9 +213,9 @@ def test_an_append_run_by_a_conversion_keeps_both_rows_whole() -> None:
     count, columns = rows.take()
     assert count == 2
     values = pa.Array.from_buffers(pa.int64(), 2, [None, pa.py_buffer(columns[0][0])])
-    data, _, offsets = columns[1]
-    texts = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    assert list(zip(values.to_pylist(), texts.to_pylist(), strict=True)) == [
+    codes, _, dictionary = columns[1]
+    texts = [dictionary[code] for code in memoryview(codes).cast("i")]
+    assert list(zip(values.to_pylist(), texts, strict=True)) == [
         (7, "inner"),
         (5, "outer"),
     ]

@@ -57,7 +57,7 @@ def run(
     the engine class (an engine on another scheduling core)."""
     npu = SimulatedNpu(spec)
     if engine_type is not None:
-        npu.engine = engine_type(npu.spec, npu.bus)
+        npu.replace_engine(engine_type(npu.spec, npu.bus))
     log = TaskLog()
     if subscribe:
         npu.subscribe(log)

@@ -63,7 +63,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 9;
+constexpr int kAbiVersion = 10;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -103,6 +103,9 @@ struct FastLaunch {
   //: the compile cache and its epoch the launch was learned in
   py::object compiled;
   int64_t epoch;
+  //: None, or for each fresh output, in order: None, or the private format it is made in as
+  //: (``_npu_fmt`` value, padded device bytes, memory tag), as backend._tag_outputs makes it
+  py::object formats;
 };
 
 //: learned launches by key (see fast_key); cleared when it holds kFastLimit
@@ -337,6 +340,41 @@ void push_python_result(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // ---- the host half of one call -------------------------------------------------------------
 
 // The arguments of one call, turned into the CPU kernel's stack.
+// Append to ``key`` what an npu input's storage format (``fmt``, its storage's ``_npu_fmt``:
+// (format name, logical shape), or nullptr) means to the launch: 0 for none, else the name and
+// whether the logical shape is ``t``'s own (a view of a formatted storage is read through a
+// TransData). False when ``fmt`` is not such a tuple.
+bool put_format(std::string& key, PyObject* fmt, const at::Tensor& t) {
+  auto put_int = [&key](int64_t value) {
+    key.append(reinterpret_cast<const char*>(&value), sizeof value);
+  };
+  if (fmt == nullptr) {
+    put_int(0);
+    return true;
+  }
+  if (!PyTuple_Check(fmt) || PyTuple_GET_SIZE(fmt) != 2) return false;
+  Py_ssize_t length = 0;
+  const char* name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(fmt, 0), &length);
+  PyObject* shape = PyTuple_GET_ITEM(fmt, 1);
+  if (name == nullptr || !PyTuple_Check(shape)) {
+    PyErr_Clear();
+    return false;
+  }
+  put_int(1 + length);
+  key.append(name, static_cast<size_t>(length));
+  bool same = PyTuple_GET_SIZE(shape) == t.dim();
+  for (Py_ssize_t d = 0; same && d < PyTuple_GET_SIZE(shape); ++d) {
+    const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+    if (size == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    same = size == t.sizes()[d];
+  }
+  put_int(same ? 1 : 0);
+  return true;
+}
+
 class Unwrapper {
  public:
   //: an npu tensor the op writes, its host view, and the backing storage the view had
@@ -351,6 +389,10 @@ class Unwrapper {
   std::vector<Written> written;
   //: an npu argument is held in a private format (its storage has ``_npu_fmt``)
   bool formatted = false;
+  //: the storage formats of ``npu_inputs``, in order, as the learned-launch key holds them
+  //: (put_format); ``formats_known`` false when one could not be read
+  std::string formats;
+  bool formats_known = true;
 
   // Append the host value of argument ``value`` for schema slot ``index``; false when it is
   // outside the plain case.
@@ -387,6 +429,8 @@ class Unwrapper {
 
  private:
   std::unordered_map<c10::TensorImpl*, at::Tensor> seen_;
+  //: the put_format fragment of each npu tensor in ``seen_``
+  std::unordered_map<c10::TensorImpl*, std::string> seen_formats_;
   //: the argument being pushed is one the op writes
   bool writing_ = false;
 
@@ -430,6 +474,7 @@ class Unwrapper {
     auto found = seen_.find(impl);
     if (found != seen_.end()) {
       host = found->second;
+      formats.append(seen_formats_[impl]);
       note_written(t, host);
       return true;
     }
@@ -444,7 +489,9 @@ class Unwrapper {
     const bool ok = lookup(storage, npu_name, &backing) == 1 &&
                     lookup(storage, fmt_name, &fmt) >= 0 && THPStorage_Check(backing);
     Py_DECREF(storage);
-    if (fmt != nullptr) formatted = true;  // held in a private format: Python converts it
+    if (fmt != nullptr) formatted = true;  // held in a private format
+    std::string fragment;
+    if (ok && !put_format(fragment, fmt, t)) formats_known = false;
     Py_XDECREF(fmt);
     if (!ok) {
       Py_XDECREF(backing);
@@ -459,6 +506,8 @@ class Unwrapper {
       host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
                                                         t.storage_offset());
       seen_.emplace(impl, host);
+      formats.append(fragment);
+      seen_formats_.emplace(impl, std::move(fragment));
       note_written(t, host);
     }
     Py_DECREF(backing);
@@ -606,6 +655,8 @@ PyObject* s_hold = nullptr;
 PyObject* s_launch_kernel = nullptr;
 PyObject* s_attrs = nullptr;
 PyObject* s_npu_mem = nullptr;
+PyObject* s_block_size = nullptr;
+PyObject* s_address = nullptr;
 PyObject* s_state = nullptr;
 PyObject* s_observer = nullptr;
 PyObject* s_measured = nullptr;
@@ -640,7 +691,8 @@ void put_tensor(std::string& key, const at::Tensor& t) {
 }
 
 // The key a launch is learned by: the op, the dtype and sizes of every npu input and output
-// (what the Python path's cost-cache key holds, formats being plain here), and the values at
+// and the storage formats of the inputs (what the Python path's cost-cache key holds; an
+// output's format follows from its inputs' in a launch that converted none), and the values at
 // the op's attribute slots (the arguments compile_cache.attributes_at may keep; their defaults
 // where the call leaves them out, which the Python arguments then lack too). Numbers that are
 // never attributes (floats) are left out, as in Python. False when an attribute is of a kind
@@ -651,6 +703,7 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
   key.reserve(16 * (inputs.size() + call.outputs.size() + entry.attr_slots.size()) + 32);
   put(key, op_id);
   for (const auto& t : inputs) put_tensor(key, t);
+  key.append(call.unwrap.formats);
   put(key, -1);
   for (const auto& t : call.outputs) put_tensor(key, t);
   put(key, -1);
@@ -685,6 +738,11 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
       put(key, 4);
       put(key, static_cast<int64_t>(values.size()));
       for (const int64_t v : values) put(key, v);
+    } else if (a.isBoolList()) {  // an output mask (native_batch_norm_backward's)
+      const auto values = a.toBoolList();
+      put(key, 7);
+      put(key, static_cast<int64_t>(values.size()));
+      for (const bool v : values) put(key, v ? 1 : 0);
     } else if (a.isString()) {
       const auto& text = a.toStringRef();
       put(key, 6);
@@ -731,7 +789,7 @@ bool host_run(int op_id, const OpEntry& entry, const std::vector<c10::IValue>& a
                       v.storage().unsafeGetStorageImpl() == w.backing;
     if (!same) call.stale.emplace_back(t, v);
   }
-  call.keyed = fast_enabled && !call.unwrap.formatted && call.stale.empty() &&
+  call.keyed = fast_enabled && call.unwrap.formats_known && call.stale.empty() &&
                fast_key(op_id, entry, call, arguments, call.key);
   ++host_runs;
   return true;
@@ -743,6 +801,7 @@ struct DeviceObjects {
   py::object npu;
   py::object bus;
   py::object hold;
+  py::object block_size;
   py::object launch;
 };
 DeviceObjects device_objects;
@@ -750,7 +809,8 @@ DeviceObjects device_objects;
 const DeviceObjects& objects_of(const py::object& npu) {
   if (!device_objects.npu.is(npu)) {
     const py::object engine = get(npu, s_engine);
-    device_objects = {npu, get(engine, s_bus), get(get(npu, s_memory), s_hold),
+    const py::object memory = get(npu, s_memory);
+    device_objects = {npu, get(engine, s_bus), get(memory, s_hold), get(memory, s_block_size),
                       get(engine, s_launch_kernel)};
   }
   return device_objects;
@@ -762,6 +822,45 @@ py::object call(const py::object& callable, std::initializer_list<PyObject*> arg
                                       args.size(), nullptr);
   if (out == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(out);
+}
+
+// The fresh outputs' private formats, as backend._tag_outputs gives them after their device
+// memory: the storage tagged, and held in its padded size when that exceeds its block
+// (tensors.hold_device_bytes).
+void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::object& stream,
+                 const HostCall& host) {
+  PyObject* formats = fast.formats.ptr();
+  py::object stream_id;
+  for (size_t i = 0; i < host.storages.size(); ++i) {
+    PyObject* tag = PyTuple_GET_ITEM(formats, static_cast<Py_ssize_t>(i));
+    if (tag == Py_None) continue;
+    const py::object& storage = host.storages[i].first;
+    if (PyObject_SetAttr(storage.ptr(), fmt_name, PyTuple_GET_ITEM(tag, 0)) != 0) {
+      throw py::error_already_set();
+    }
+    PyObject* padded = PyTuple_GET_ITEM(tag, 1);
+    const py::object held = get(storage, s_npu_mem);
+    long long current = 0;
+    if (!held.is_none()) {
+      const py::object address = get(held, s_address);
+      current = PyLong_AsLongLong(call(device.block_size, {address.ptr()}).ptr());
+      if (current == -1 && PyErr_Occurred()) throw py::error_already_set();
+    }
+    const long long wanted = PyLong_AsLongLong(padded);
+    if (wanted == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (wanted <= current) continue;
+    if (!stream_id) stream_id = get(stream, s_stream_id);
+    py::object grown;
+    try {
+      grown = call(device.hold, {padded, stream_id.ptr(), PyTuple_GET_ITEM(tag, 2)});
+    } catch (py::error_already_set& error) {
+      if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
+      throw;
+    }
+    if (PyObject_SetAttr(storage.ptr(), s_npu_mem, grown.ptr()) != 0) {
+      throw py::error_already_set();
+    }
+  }
 }
 
 // Do learned launch ``fast`` for this call: device memory for each fresh output, then each
@@ -779,6 +878,10 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
   const DeviceObjects& device = objects_of(npu);
   const bool recording = truthy(get(device.bus, s_active));
   if (recording && fast.fields.is_none()) return false;
+  if (!fast.formats.is_none() &&
+      PyTuple_GET_SIZE(fast.formats.ptr()) != static_cast<Py_ssize_t>(host.storages.size())) {
+    return false;
+  }
   const py::object stream = get(state, s_stream);
   // copies: a callback may run Python that meets another device
   const py::object hold = device.hold;
@@ -799,6 +902,7 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
       }
     }
   }
+  if (!fast.formats.is_none()) tag_formats(fast, device, stream, host);
   const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
   PyObject* kernels = fast.kernels.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
@@ -833,10 +937,10 @@ bool launch_learned(const HostCall& call, py::handle state) {
 // op_type), ...), the task-record ``fields`` (or None), the op's ``name``, and the compile
 // cache and epoch it was made in.
 void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
-           py::object compiled, int64_t epoch) {
+           py::object compiled, int64_t epoch, py::object formats) {
   if (fast_launches.size() >= kFastLimit) fast_launches.clear();
-  fast_launches[std::string(key)] =
-      std::make_shared<const FastLaunch>(FastLaunch{kernels, fields, name, compiled, epoch});
+  fast_launches[std::string(key)] = std::make_shared<const FastLaunch>(
+      FastLaunch{kernels, fields, name, compiled, epoch, formats});
 }
 
 // Turn the fast launch on or off (off: every call returns to Python's path, as before).
@@ -1281,6 +1385,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       {&s_thread, "_thread"}, {&s_modules, "modules"}, {&s_class_path, "class_path"},
       {&s_instance_path, "instance_path"}, {&s_op_begin, "op_begin"}, {&s_op_end, "op_end"},
       {&s_op_close, "op_close"}, {&no_stack, ""},
+      {&s_block_size, "block_size"}, {&s_address, "address"},
   };
   for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
   m.def("abi_version", [] { return kAbiVersion; }, "The contract version run() keeps.");

@@ -388,6 +388,8 @@ typedef struct {
 
 /* rows_core.c: the recorder's direct row sink */
 PyObject *bus_sink(PyObject *bus);
+int sink_sync(PyObject *sink, PyObject *name, long long start, long long end,
+              long long stream_id);
 int sink_kernel(PyObject *sink, long long host_start, long long host_end, long long stream_id,
                 long long task_id, long long launch, long long start, long long end,
                 long long wait, PyObject *cost, PyObject *name, PyObject *op_type,
@@ -468,10 +470,21 @@ static int core_check(CoreObject *self, PyObject *obj) {
     return -1;
 }
 
-/* block the host until device time t, pay the return, tell the engine (_on_block) */
+/* block the host until device time t, pay the return, and record it: the recorder's row
+   written here when it is the one subscriber, else the engine told (_on_block) */
 static int core_block(CoreObject *self, long long t, PyObject *name, long long stream_id) {
     const long long start = self->host_ns;
     self->host_ns = (start > t ? start : t) + self->sync_ns;
+    PyObject *bus = PyObject_GetAttr((PyObject *)self, s_bus);
+    if (bus == NULL) return -1;
+    PyObject *direct = bus_sink(bus);
+    Py_DECREF(bus);
+    if (direct != NULL) {
+        const int written = sink_sync(direct, name, start, self->host_ns, stream_id);
+        Py_DECREF(direct);
+        return written;
+    }
+    if (PyErr_Occurred()) return -1;
     PyObject *py_start = PyLong_FromLongLong(start);
     PyObject *py_stream = PyLong_FromLongLong(stream_id);
     PyObject *res = NULL;

@@ -4,9 +4,11 @@
  * row: int64 ('q'), int32 ('i'), float64 ('d') and bool ('b') values in plain arrays, strings
  * ('s') as int32 codes into a per-chunk dictionary (a training loop repeats a few op names,
  * shapes and dtypes). append() copies a row tuple's values in; take() hands every buffered
- * row over as Arrow-ready buffers (values, validity bitmap, string offsets) and starts the next
- * chunk empty (strings as UTF-8 data and offsets), so the writer builds its Parquet part from
- * buffers rather than converting Python objects, and no row stays a Python object the garbage collector walks.
+ * row over as Arrow-ready buffers (values, validity bitmap; strings as their codes and the
+ * chunk's dictionary, which Parquet writes as its dictionary page without hashing a value
+ * again) and starts the next chunk empty, so the writer builds its Parquet part from buffers
+ * rather than converting Python objects, and no row stays a Python object the garbage
+ * collector walks.
  *
  * Both are atomic with respect to re-entry: append() converts every value of the row before
  * it writes any (a conversion may run Python code, e.g. a finalizer appending a row of its
@@ -321,58 +323,9 @@ done:
     return result;
 }
 
-/* The string column `c` of `rows` rows as Arrow's string buffers: (UTF-8 data, int32 offsets),
-   new references in `data` and `offsets`; -1 with an error set. */
-static int string_buffers(const Column *c, Py_ssize_t rows, PyObject **data, PyObject **offsets) {
-    Py_ssize_t nvalues = PyList_GET_SIZE(c->values);
-    const char **texts = PyMem_Malloc(sizeof(char *) * (size_t)(nvalues ? nvalues : 1));
-    Py_ssize_t *sizes = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(nvalues ? nvalues : 1));
-    int rc = -1;
-    *data = *offsets = NULL;
-    if (texts == NULL || sizes == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t k = 0; k < nvalues; k++)
-        if ((texts[k] = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(c->values, k), &sizes[k])) == NULL)
-            goto done;
-    const int32_t *codes = (const int32_t *)c->data;
-    long long total = 0;
-    for (Py_ssize_t i = 0; i < rows; i++)
-        if (c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1) total += sizes[codes[i]];
-    if (total > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "a string column's chunk holds over 2 GiB of text");
-        goto done;
-    }
-    *offsets = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(int32_t) * (rows + 1));
-    *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (*offsets == NULL || *data == NULL) goto done;
-    int32_t *offset = (int32_t *)PyBytes_AS_STRING(*offsets);
-    char *out = PyBytes_AS_STRING(*data);
-    int32_t at = 0;
-    offset[0] = 0;
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        if (c->valid == NULL || (c->valid[i >> 3] >> (i & 7)) & 1) {
-            const Py_ssize_t size = sizes[codes[i]];
-            memcpy(out + at, texts[codes[i]], (size_t)size);
-            at += (int32_t)size;
-        }
-        offset[i + 1] = at;
-    }
-    rc = 0;
-done:
-    PyMem_Free(texts);
-    PyMem_Free(sizes);
-    if (rc < 0) {
-        Py_CLEAR(*data);
-        Py_CLEAR(*offsets);
-    }
-    return rc;
-}
-
-/* take() -> (rows, [(values, validity or None, offsets or None) per column]): every buffered
- * row as Arrow buffers (strings: UTF-8 data and int32 offsets), the buffer left empty with
- * fresh dictionaries. */
+/* take() -> (rows, [(values, validity or None, dictionary or None) per column]): every
+ * buffered row as Arrow buffers (strings: their int32 codes, and the chunk's dictionary, a
+ * list of str in code order), the buffer left empty with fresh dictionaries. */
 static PyObject *RowBuffer_take(RowBufferObject *self, PyObject *unused) {
     (void)unused;
     /* the next chunk's columns first (allocating may run a finalizer that appends) */
@@ -394,22 +347,17 @@ static PyObject *RowBuffer_take(RowBufferObject *self, PyObject *unused) {
     }
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Column *c = &old[i];
-        PyObject *data = NULL, *offsets = NULL;
-        if (c->kind == 's') {
-            if (string_buffers(c, rows, &data, &offsets) < 0) data = NULL;
-        } else {
-            data = PyBytes_FromStringAndSize(c->data ? (const char *)c->data : "",
-                                             (Py_ssize_t)bytes_for(c->kind, rows));
-            offsets = Py_NewRef(Py_None);
-        }
+        PyObject *data = PyBytes_FromStringAndSize(c->data ? (const char *)c->data : "",
+                                                   (Py_ssize_t)bytes_for(c->kind, rows));
+        PyObject *dictionary = Py_NewRef(c->kind == 's' ? c->values : Py_None);
         PyObject *valid = c->valid == NULL
                               ? Py_NewRef(Py_None)
                               : PyBytes_FromStringAndSize((const char *)c->valid,
                                                           (Py_ssize_t)bytes_for('b', rows));
-        PyObject *entry = data && valid ? PyTuple_Pack(3, data, valid, offsets) : NULL;
+        PyObject *entry = data && valid ? PyTuple_Pack(3, data, valid, dictionary) : NULL;
         Py_XDECREF(data);
         Py_XDECREF(valid);
-        Py_XDECREF(offsets);
+        Py_DECREF(dictionary);
         if (entry == NULL) {
             Py_DECREF(columns);
             free_columns(old, self->ncols);
@@ -436,7 +384,8 @@ static PyMethodDef RowBuffer_methods[] = {
     {"append", (PyCFunction)RowBuffer_append, METH_O,
      "Buffer one row (a tuple, one value per column; None is a null)."},
     {"take", (PyCFunction)RowBuffer_take, METH_NOARGS,
-     "(rows, [(values, validity or None, offsets or None) per column]); empties the buffer."},
+     "(rows, [(values, validity or None, dictionary or None) per column]); empties the "
+     "buffer."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -508,7 +457,7 @@ static int has_kinds(const RowBufferObject *b, const char *kinds) {
     return 1;
 }
 
-static PyObject *s_direct, *s_op, *s_kernel, *s_launch, *s_empty, *s_tasks, *s_host_events,
+static PyObject *s_direct, *s_op, *s_kernel, *s_launch, *s_sync, *s_empty, *s_tasks, *s_host_events,
     *s_memory, *s_task_type_a, *s_block_dim_a, *s_flops, *s_bytes, *s_cube_ns, *s_vector_ns,
     *s_memory_ns;
 
@@ -727,6 +676,41 @@ static int sink_after_row(RowSinkObject *self, RowBufferObject *b, PyObject *nam
     return 0;
 }
 
+/* The host_events row of a launch or a blocking wait (kind `kind`; see Recorder._host for
+   the record path's), when launch rows are recorded now. */
+static int sink_host(RowSinkObject *self, PyObject *kind, PyObject *name, long long start,
+                     long long end, long long stream_id, long long task_id) {
+    if (!self->api_on) return 0;
+    long long thread;
+    if (sink_thread(self, &thread) < 0) return -1;
+    RowBufferObject *b = self->host_events;
+    Value v[HOST_COLUMNS];
+    v[0].q = self->next_event++;
+    v[3].q = start;
+    v[4].q = end;
+    v[5].q = thread;
+    v[6].q = stream_id;
+    v[7].q = task_id;
+    v[8].q = self->parent;
+    v[9].q = self->step;
+    v[13].q = -1;
+    if (put_text(b, v, 1, kind) < 0 || put_text(b, v, 2, name) < 0) return -1;
+    static const Py_ssize_t empty[] = {10, 11, 12, 14, 15};
+    for (size_t k = 0; k < sizeof(empty) / sizeof(empty[0]); k++)
+        if (put_text(b, v, empty[k], s_empty) < 0) return -1;
+    if (write_row(b, v, NULL) < 0) return -1;
+    return sink_after_row(self, b, s_host_events);
+}
+
+/* The row of the host blocking from `start` to `end` (see Engine._on_block for the record
+   path's: a SYNC host record). */
+int sink_sync(PyObject *sink, PyObject *name, long long start, long long end,
+              long long stream_id) {
+    RowSinkObject *self = (RowSinkObject *)sink;
+    if (self->failed) return 0;
+    return sink_host(self, s_sync, name, start, end, stream_id, -1);
+}
+
 /* The rows of one kernel launch (see Engine._emit_kernel for the record path's). */
 int sink_kernel(PyObject *sink, long long host_start, long long host_end, long long stream_id,
                 long long task_id, long long launch, long long start, long long end,
@@ -734,26 +718,7 @@ int sink_kernel(PyObject *sink, long long host_start, long long host_end, long l
                 PyObject *tensors, PyObject *attrs) {
     RowSinkObject *self = (RowSinkObject *)sink;
     if (self->failed) return 0;
-    if (self->api_on) {
-        long long thread;
-        if (sink_thread(self, &thread) < 0) return -1;
-        RowBufferObject *b = self->host_events;
-        Value v[HOST_COLUMNS];
-        v[0].q = self->next_event++;
-        v[3].q = host_start;
-        v[4].q = host_end;
-        v[5].q = thread;
-        v[6].q = stream_id;
-        v[7].q = task_id;
-        v[8].q = self->parent;
-        v[9].q = self->step;
-        v[13].q = -1;
-        if (put_text(b, v, 1, s_launch) < 0 || put_text(b, v, 2, name) < 0) return -1;
-        static const Py_ssize_t empty[] = {10, 11, 12, 14, 15};
-        for (size_t k = 0; k < sizeof(empty) / sizeof(empty[0]); k++)
-            if (put_text(b, v, empty[k], s_empty) < 0) return -1;
-        if (write_row(b, v, NULL) < 0 || sink_after_row(self, b, s_host_events) < 0) return -1;
-    }
+    if (sink_host(self, s_launch, name, host_start, host_end, stream_id, task_id) < 0) return -1;
     if (!self->tasks_on || self->failed) return 0;
     RowBufferObject *b = self->tasks;
     Value v[TASK_COLUMNS];
@@ -944,6 +909,7 @@ int add_row_types(PyObject *m) {
     } names[] = {
         {&s_direct, "direct"},         {&s_op, "op"},
         {&s_kernel, "kernel"},         {&s_launch, "launch"},
+        {&s_sync, "sync"},
         {&s_empty, ""},                {&s_tasks, "tasks"},
         {&s_host_events, "host_events"}, {&s_memory, "memory"},
         {&s_task_type_a, "task_type"}, {&s_block_dim_a, "block_dim"},
