@@ -428,9 +428,14 @@ class Unwrapper {
   }
 
  private:
-  std::unordered_map<c10::TensorImpl*, at::Tensor> seen_;
-  //: the put_format fragment of each npu tensor in ``seen_``
-  std::unordered_map<c10::TensorImpl*, std::string> seen_formats_;
+  //: an npu tensor met before: its host view, and where its put_format fragment is in
+  //: ``formats``
+  struct Seen {
+    at::Tensor host;
+    size_t at;
+    size_t length;
+  };
+  std::unordered_map<c10::TensorImpl*, Seen> seen_;
   //: the argument being pushed is one the op writes
   bool writing_ = false;
 
@@ -473,8 +478,9 @@ class Unwrapper {
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     auto found = seen_.find(impl);
     if (found != seen_.end()) {
-      host = found->second;
-      formats.append(seen_formats_[impl]);
+      const Seen& seen = found->second;
+      host = seen.host;
+      formats.append(formats.substr(seen.at, seen.length));
       note_written(t, host);
       return true;
     }
@@ -490,8 +496,8 @@ class Unwrapper {
                     lookup(storage, fmt_name, &fmt) >= 0 && THPStorage_Check(backing);
     Py_DECREF(storage);
     if (fmt != nullptr) formatted = true;  // held in a private format
-    std::string fragment;
-    if (ok && !put_format(fragment, fmt, t)) formats_known = false;
+    const size_t at = formats.size();
+    if (ok && !put_format(formats, fmt, t)) formats_known = false;
     Py_XDECREF(fmt);
     if (!ok) {
       Py_XDECREF(backing);
@@ -505,9 +511,7 @@ class Unwrapper {
           c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
       host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
                                                         t.storage_offset());
-      seen_.emplace(impl, host);
-      formats.append(fragment);
-      seen_formats_.emplace(impl, std::move(fragment));
+      seen_.emplace(impl, Seen{host, at, formats.size() - at});
       note_written(t, host);
     }
     Py_DECREF(backing);
