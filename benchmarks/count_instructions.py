@@ -15,6 +15,7 @@ a "before" run started from the repository measured the repository's own code). 
 same code gives the same count every time:
 
 - ``plain``: the adapter alone (``msprof_py.adapter.install()``);
+- ``cpu``: the same workload on CPU eager (what the npu's costs compare with);
 - ``record``: an msprof recording session (``start_session``; the time-based flush is off so
   that valgrind's slowness does not add flushes: the writer still flushes what it holds at the
   end, and that is counted).
@@ -24,6 +25,8 @@ same code gives the same count every time:
         [--hash-seed N]      # PYTHONHASHSEED (default 0)
         [--workload step]    # a small MLP's training steps instead (autograd, optimizer);
                              # --small and --large then count steps (e.g. 20 and 120)
+        [--workload resnet]  # the ResNet sample's steps (convolutions, private formats;
+                             # e.g. --small 2 --large 6)
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -45,7 +48,10 @@ LOOP = """
 import os, sys, tempfile
 import torch
 mode, n = sys.argv[1], int(sys.argv[2])
-if mode == "record":
+device = "cpu" if mode == "cpu" else "npu"  # cpu: the same workload on CPU eager
+if mode == "cpu":
+    pass
+elif mode == "record":
     import msprof_py.profile.writer as writer
     writer.FLUSH_INTERVAL_S = float("inf")
     from msprof_py.collectors.session import SessionConfig, start_session
@@ -61,12 +67,25 @@ try:
 except ImportError:
     core = "Python (this checkout has no compiled device cores)"
 sys.stderr.write(f"msprof_py: {msprof_py.__file__}; engine core: {core}\\n")
+if sys.argv[3] == "resnet":  # the ResNet sample's training step: convolutions, formats
+    sys.path.insert(0, sys.argv[4])
+    import train_resnet
+    model = train_resnet.build(0).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    images, labels = (t.to(device) for t in train_resnet.synthetic_batch(8))
+    for i in range(3 + n):  # three warm-up steps in both runs
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        msprof_py.step()
+    os._exit(0)
 if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimizer
     model = torch.nn.Sequential(
         *[m for _ in range(4) for m in (torch.nn.Linear(32, 32), torch.nn.ReLU())]
-    ).to("npu")
+    ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    batch = torch.randn(16, 32).to("npu")
+    batch = torch.randn(16, 32).to(device)
     for i in range(5 + n):  # five warm-up steps in both runs
         loss = model(batch).pow(2).mean()
         optimizer.zero_grad()
@@ -74,7 +93,7 @@ if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimize
         optimizer.step()
         msprof_py.step()
     os._exit(0)
-x = torch.randn(64, device="npu")
+x = torch.randn(64, device=device)
 for warm_up in range(2):  # what the first ops and steps import or build, in both runs
     for i in range(200):
         x = (x * 0.5).add_(1.0)
@@ -108,7 +127,7 @@ def count(
     out = subprocess.run(
         [
             "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-            sys.executable, "-c", LOOP, mode, str(ops), workload,
+            sys.executable, "-c", LOOP, mode, str(ops), workload, str(checkout / "sample_runs"),
         ],
         capture_output=True, text=True, env=env, check=False, cwd=tempfile.gettempdir(),
     )  # fmt: skip
@@ -126,25 +145,27 @@ def count(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", default="plain,record", help="plain, record or both")
+    parser.add_argument(
+        "--modes", default="plain,record", help="plain, record (both npu), cpu (CPU eager)"
+    )
     parser.add_argument("--small", type=int, default=1000, help="ops in the short run")
     parser.add_argument("--large", type=int, default=5000, help="ops in the long run")
     parser.add_argument("--pythonpath", help="PYTHONPATH for the runs (another checkout)")
     parser.add_argument("--hash-seed", type=int, default=0, help="PYTHONHASHSEED of the runs")
     parser.add_argument(
         "--workload",
-        choices=("ops", "step"),
+        choices=("ops", "step", "resnet"),
         default="ops",
-        help="the small-op loop (per op), or a small MLP's training steps (per step; "
-        "--small and --large count steps)",
+        help="the small-op loop (per op), a small MLP's training steps, or the ResNet "
+        "sample's (per step; --small and --large count steps)",
     )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("count_instructions: valgrind is not installed (apt-get install valgrind)")
         return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if args.large <= args.small or any(m not in ("plain", "record") for m in modes):
-        parser.error("--large must exceed --small; modes are plain and record")
+    if args.large <= args.small or any(m not in ("plain", "record", "cpu") for m in modes):
+        parser.error("--large must exceed --small; modes are plain, record and cpu")
     jobs = [(m, n) for m in modes for n in (args.small, args.large)]
     with ThreadPoolExecutor(max_workers=2) as pool:
         counts = dict(

@@ -195,26 +195,33 @@ def check_native() -> None:
 def _plain(plan: OpPlan) -> bool:
     """The op may take the compiled path: it computes fresh tensors, or writes its in-place or
     out= arguments, by its own CPU kernel, with nothing the Python path adds but format
-    conversions (no view, host-only run, value synced back, replaced host call, convolution
-    formats). A ``meta_call`` does not matter: shapes only never takes the compiled path."""
-    return not (
-        plan.view
-        or plan.returns_value
-        or plan.host_only
-        or plan.host_call is not None
-        or plan.conv_inputs
-        or plan.conv_outputs
-    )
+    conversions and output formats (no view, host-only run, value synced back, replaced host
+    call). A ``meta_call`` does not matter: shapes only never takes the compiled path."""
+    return not (plan.view or plan.returns_value or plan.host_only or plan.host_call is not None)
 
 
-def replace_host_call(op: torch._ops.OpOverload, call: Callable[..., Any]) -> None:
-    """Run ``call`` instead of ``op``'s CPU kernel on the host views (the op then always takes
-    the Python path, which makes that call)."""
+def replace_host_call(
+    op: torch._ops.OpOverload,
+    call: Callable[..., Any],
+    native_host: tuple[str, str, bool] | None = None,
+) -> None:
+    """Run ``call`` instead of ``op``'s CPU kernel on the host views. With ``native_host``
+    (name, overload, bias_sizes) the compiled path calls that CPU op the same way (see
+    ``set_host_op`` in ``hot_path.cpp``); without, the op always takes the Python path."""
     plan = plan_of(op)
     plan.host_call = call
     if plan.native >= 0 and NATIVE is not None:
+        if native_host is not None and NATIVE.set_host_op(plan.native, *native_host):
+            return
         NATIVE.drop_op(plan.native)  # the compiled kernel no longer runs it either
     plan.native = -1
+
+
+def forget_learned_launches() -> None:
+    """Forget the compiled path's learned launches (a setting they depend on changed:
+    ``allow_internal_format`` decides a convolution's output formats)."""
+    if NATIVE is not None:
+        NATIVE.forget_launches()
 
 
 # ---- the fallback ------------------------------------------------------------------------
@@ -266,14 +273,15 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
     conversions = TRANSDATA_LAUNCHES[0]
     # a private format changes no host value: converting the inputs now (the Python path does
     # it before the host call) launches the same TransData tasks before the op's own
-    ref_format = _prepare_formats(state, plan, args, inputs) if formatted else None
+    conv = plan.conv_outputs
+    ref_format = _prepare_formats(state, plan, args, inputs) if formatted or conv else None
     for target, view in stale:
         resync(target, view, state, plan.name)
     for out in fresh:
         attach_memory(out, state, plan.name)
     tags = None
-    if ref_format is not None:
-        kept = [storage_format(out) for out in outputs]
+    if ref_format is not None or conv:
+        kept = [None if out is None else storage_format(out) for out in outputs]
         _tag_outputs(state, plan, outputs, ref_format)
         if key is not None:
             tags = _learned_tags(plan, outputs, fresh, kept)

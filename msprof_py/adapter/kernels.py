@@ -298,6 +298,8 @@ def register() -> None:
 
     names = torch._C._dispatch_get_all_op_names()
     whole = [name[len("aten::") :] for name in names if _runs_whole(name)]
+    # the convolutions have no CPU kernel: they run whole, calling the CPU's convolutions
+    whole += ["convolution_overrideable", "convolution_backward_overrideable"]
     if backend.NATIVE is not None:
         # the compiled boxed kernel: plain ops without a Python frame, the rest handed to
         # backend.fallback as torch's Python kernels get them
@@ -330,16 +332,18 @@ def register() -> None:
         for key in ("Conjugate", "Negative"):
             impl.impl(name, torch.library.fallthrough_kernel, key)
 
-    forward = aten.convolution_overrideable.default
-    backward = aten.convolution_backward_overrideable.default
-    backend.replace_host_call(forward, _conv_forward)
-    backend.replace_host_call(backward, _conv_backward)
+    backend.replace_host_call(
+        aten.convolution_overrideable.default, _conv_forward, ("aten::convolution", "", False)
+    )
+    backend.replace_host_call(
+        aten.convolution_backward_overrideable.default,
+        _conv_backward,
+        ("aten::convolution_backward", "", True),
+    )
     from msprof_py.adapter import meta_shapes
 
     for op, shape_fn in meta_shapes.FAST.items():
         backend.plan_of(op).meta_call = shape_fn
-    impl.impl("convolution_overrideable", backend.whole_op_kernel(forward), "PrivateUse1")
-    impl.impl("convolution_backward_overrideable", backend.whole_op_kernel(backward), "PrivateUse1")
 
     # composites whose npu path would differ from the CPU's: the whole op runs on the host
     from msprof_py.adapter import host_ops, recurrent, sdpa

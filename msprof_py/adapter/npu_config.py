@@ -9,7 +9,7 @@ stays ND and no TransData is launched (False, torch_npu's default on A3). Explic
 
 from __future__ import annotations
 
-from msprof_py.adapter import runtime
+from msprof_py.adapter import backend, runtime
 
 
 class NpuConfig:
@@ -24,7 +24,11 @@ class NpuConfig:
     def allow_internal_format(self, value: bool) -> None:
         if not isinstance(value, bool):
             raise TypeError(f"allow_internal_format must be True or False, got {value!r}")
-        runtime.state().internal_format = value
+        state = runtime.state()
+        if state.internal_format != value:
+            state.internal_format = value
+            # a learned convolution launch tags its outputs as the setting was
+            backend.forget_learned_launches()
 
     def __repr__(self) -> str:
         return f"torch.npu.config(allow_internal_format={self.allow_internal_format})"

@@ -314,10 +314,80 @@ def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
     _same(python_value, native_value)
     assert native_records == python_records
     # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z; not: the
-    # three reductions, whose inputs are converted to ND first
-    assert (ran, learned[0]) == (8, 5)
+    # three reductions, whose inputs are converted to ND first, and the convolution, whose
+    # weight (a new module's) is converted to FRACTAL_Z first
+    assert (ran, learned[0]) == (9, 5)
     shifted = _formats_program()[0]
     assert storage_format(shifted) == ("NC1HWC0", tuple(shifted.shape))
+
+
+def _conv_program(device: str = "npu") -> list[torch.Tensor]:
+    """Forward and backward through convolutions of every kind the CPU runs: with and without
+    bias, strided and padded, grouped, dilated, transposed; the first one's input needs no
+    gradient (its backward's output mask asks for no input gradient)."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2),
+        torch.nn.Conv2d(6, 6, 3, padding=2, dilation=2),
+        torch.nn.ConvTranspose2d(6, 2, 2, stride=2),
+    ).to(device)
+    out = model(_npu(2, 3, 6, 6, seed=4).to(device))
+    out.square().mean().backward()
+    return [out.detach(), *(p.grad for p in model.parameters())]
+
+
+@needs_native
+def test_convolutions_take_the_compiled_path_and_agree() -> None:
+    """Convolutions have no CPU kernel of their own (convolution_overrideable): the compiled
+    path calls the CPU's aten.convolution and aten.convolution_backward (with the bias sizes
+    the backward takes) and learns their launches, private output formats included: the same
+    values, gradients, tasks and device memory as the Python path, and as CPU eager."""
+    _device_records(_conv_program, use_native=False)
+    python_value, python_records, _ = _device_records(_conv_program, use_native=False)
+    launched: list[int] = []
+    for _ in range(2):  # the first run learns, the second launches without Python
+        native_value, native_records, ran = _device_records(_conv_program, True, launched)
+        _same(python_value, native_value)
+        assert native_records == python_records
+        assert ran >= 8  # four forward and four backward convolutions, and the rest
+    assert launched[1] > launched[0] >= 0
+    conv_tasks = [r for r in native_records if r[0] == "task" and r[2].startswith("Conv")]
+    assert len(conv_tasks) >= 8
+    for npu_value, cpu_value in zip(native_value, _conv_program("cpu"), strict=True):
+        assert torch.equal(npu_value, cpu_value)
+
+
+@needs_native
+def test_a_learned_convolution_follows_allow_internal_format() -> None:
+    """A convolution's output format depends on ``torch.npu.config.allow_internal_format``,
+    which no launch key holds: changing the setting forgets the learned launches, so a
+    convolution learned with private formats makes ND outputs once they are off, and the
+    private format again once they are back on."""
+    from msprof_py.adapter.tensors import storage_format
+
+    conv = torch.nn.Conv2d(2, 4, 3).to("npu")
+    x = _npu(1, 2, 5, 5)
+
+    def output_format() -> object:
+        with torch.no_grad():
+            out = conv(x)
+        return None if storage_format(out) is None else storage_format(out)[0]
+
+    assert torch.npu.config.allow_internal_format
+    try:
+        for _ in range(3):  # planned, learned, then launched by the compiled path
+            assert output_format() == "NC1HWC0"
+        torch.npu.config.allow_internal_format = False
+        for _ in range(3):
+            assert output_format() is None
+        torch.npu.config.allow_internal_format = True
+        _, python_frames, counted = _watched(output_format)
+        assert counted[:2] == (1, 0) and "finish_call" in python_frames  # relearned
+        assert output_format() == "NC1HWC0"
+    finally:
+        torch.npu.config.allow_internal_format = True
 
 
 @needs_native
@@ -427,11 +497,13 @@ def test_plans_decide_which_ops_may_take_the_compiled_path() -> None:
     plain = [aten.add.Tensor, aten.mm.default, aten.cat.default, aten.max.dim, aten.add_.Tensor]
     plain += [aten.add.out, aten._foreach_add_.List]
     never = [aten.view.default, aten._local_scalar_dense.default, aten.transpose.int]
-    never += [aten.convolution_overrideable.default, aten.convolution_backward_overrideable.default]
+    # no CPU kernels of their own: the compiled path calls the CPU's convolutions instead
+    convolutions = [aten.convolution_overrideable.default]
+    convolutions += [aten.convolution_backward_overrideable.default]
     assert all(backend._plain(backend.plan_of(op)) for op in plain)
     assert not any(backend._plain(backend.plan_of(op)) for op in never)
     if backend.NATIVE is not None:
-        assert all(backend.plan_of(op).native >= 0 for op in plain)
+        assert all(backend.plan_of(op).native >= 0 for op in plain + convolutions)
     assert all(backend.plan_of(op).native == -1 for op in never)
 
 

@@ -63,7 +63,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 10;
+constexpr int kAbiVersion = 11;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -90,6 +90,11 @@ struct OpEntry {
   py::object name;
   //: a view op (register_view): its Meta kernel makes the alias on the npu tensor itself
   bool view = false;
+  //: the CPU op the host half calls instead of this one (set_host_op: a convolution's)
+  std::optional<c10::OperatorHandle> host_op;
+  //: the host op is aten::convolution_backward, which takes bias_sizes (position 3) where
+  //: convolution_backward_overrideable has none
+  bool insert_bias_sizes = false;
 };
 
 //: what run() does for a learned (op, shapes, dtypes, attributes): see learn()
@@ -255,6 +260,36 @@ int register_view(const std::string& name, const std::string& overload, py::str 
 // Python gave op ``op_id`` a host call of its own (backend.replace_host_call): only Python's
 // path runs it from now on.
 void drop_op(int op_id) { ops.at(static_cast<size_t>(op_id)).enabled = false; }
+
+// Op ``op_id`` has no CPU kernel of its own (convolution_overrideable): its host half calls
+// CPU op ``name``.``overload`` with the same arguments, plus, with ``bias_sizes``, the
+// bias_sizes aten::convolution_backward takes at position 3 (as kernels._conv_backward makes
+// it). False, and the op taken off this path, when that op's arguments do not line up.
+bool set_host_op(int op_id, const std::string& name, const std::string& overload,
+                 bool bias_sizes) {
+  OpEntry& entry = ops.at(static_cast<size_t>(op_id));
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  const size_t expected = entry.kinds.size() + (bias_sizes ? 1 : 0);
+  if (!handle.has_value() || handle->schema().arguments().size() != expected ||
+      (bias_sizes && entry.kinds.size() != 10)) {
+    entry.enabled = false;
+    return false;
+  }
+  entry.host_op = *handle;
+  entry.insert_bias_sizes = bias_sizes;
+  return true;
+}
+
+// The bias_sizes of a convolution backward whose overrideable arguments are on ``stack``
+// (grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups,
+// output_mask): the bias's length when output_mask asks for its gradient, else None.
+c10::IValue bias_sizes_of(const torch::jit::Stack& stack) {
+  const auto mask = stack[9].toBoolList();
+  if (mask.size() < 3 || !mask.get(2)) return c10::IValue();
+  const at::Tensor& weight = stack[2].toTensor();
+  const int64_t length = stack[6].toBool() ? weight.size(1) : weight.size(0);
+  return c10::IValue(std::vector<int64_t>{length});
+}
 
 // ---- torch's boxed convention for Python kernels -------------------------------------------
 
@@ -772,7 +807,8 @@ bool host_run(int op_id, const OpEntry& entry, const std::vector<c10::IValue>& a
     if (!call.unwrap.push(entry, i, arguments[i], stack)) return false;
   }
   try {
-    entry.handle.callBoxed(stack);
+    if (entry.insert_bias_sizes) stack.insert(stack.begin() + 3, bias_sizes_of(stack));
+    (entry.host_op ? *entry.host_op : entry.handle).callBoxed(stack);
   } catch (const std::exception&) {
     PyErr_Clear();
     return false;
@@ -946,6 +982,10 @@ void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
   fast_launches[std::string(key)] = std::make_shared<const FastLaunch>(
       FastLaunch{kernels, fields, name, compiled, epoch, formats});
 }
+
+// Forget every learned launch (what they do depends on a setting that changed:
+// torch.npu.config.allow_internal_format).
+void forget_launches() { fast_launches.clear(); }
 
 // Turn the fast launch on or off (off: every call returns to Python's path, as before).
 void set_fast(bool enabled) {
@@ -1414,6 +1454,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
   m.def("register_view", &register_view, "Register a view op; its id, or -1.");
   m.def("drop_op", &drop_op, "Send op id to Python's path only.");
+  m.def("set_host_op", &set_host_op, "Give op id the CPU op its host half calls.");
+  m.def("forget_launches", &forget_launches, "Forget every learned launch.");
   m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");
   m.def("set_fast", &set_fast, "Turn the fast launch on or off.");
