@@ -176,6 +176,8 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
             list(plan.attr_slots),
             plan.name,
         )
+        if plan.native >= 0 and plan.widened:
+            NATIVE.set_widened(plan.native)  # numerics "fast": computed widened there too
     elif NATIVE is not None and view:
         NATIVE.register_view(schema.name, schema.overload_name, plan.name)
     return plan
@@ -238,7 +240,7 @@ def fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
             return op.redispatch(_META_KEYS, *args, **kwargs)
         if plan.host_only:
             return host_fallback.run(state, op, plan.name, args, kwargs)
-        if plan.native >= 0 and state.native and not (state.fast and plan.widened):
+        if plan.native >= 0 and state.native:  # numerics "fast": widened there too
             found = NATIVE.run(plan.native, args, kwargs, state)  # type: ignore[union-attr]
             if found.__class__ is list:  # launched in the compiled path (a learned launch)
                 return found[0]

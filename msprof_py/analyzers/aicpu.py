@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import intervals, shapes
-from msprof_py.analyzers.context import AICPU_TYPES, KERNEL, RankData, share_of
+from msprof_py.analyzers.context import AICPU_TYPES, KERNEL, RankData, per_rank, share_of
 from msprof_py.analyzers.findings import aicpu_advice
 
 COLUMNS = [
@@ -37,6 +37,7 @@ COLUMNS = [
 ]
 
 
+@per_rank
 def tasks(data: RankData) -> pd.DataFrame:
     """The analysed AI CPU tasks with ``reason`` (``dtype <name>`` or ``op``), ``to_dtype``
     (the dtype to run in instead, or empty) and ``suggestion``."""
@@ -107,6 +108,7 @@ def graph_modules(data: RankData, names: pd.Series) -> pd.Series:
     return names.astype(str).map(by_name).fillna("").astype(object)
 
 
+@per_rank
 def table(data: RankData) -> pd.DataFrame:
     """AI CPU ops by total time, with the reason and what to change."""
     t = tasks(data)

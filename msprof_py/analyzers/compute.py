@@ -35,6 +35,7 @@ from msprof_py.analyzers.context import (
     KERNEL,
     VECTOR_TYPES,
     RankData,
+    per_rank,
     share_of,
 )
 from msprof_py.device.costmodel import cube_dtype
@@ -299,6 +300,7 @@ def _busy_per_step(data: RankData, mask: np.ndarray) -> np.ndarray:
     return intervals.Coverage(s, e).within(lo, hi)
 
 
+@per_rank
 def _occupancy_per_step(data: RankData, types: tuple[str, ...], cores: int) -> np.ndarray:
     tasks = data.tasks
     sel = tasks.loc[tasks["task_type"].isin(types), ["duration_ns", "block_dim", "step"]]
@@ -312,6 +314,7 @@ def _rate(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
     return np.clip(np.nan_to_num(part / whole), 0.0, 1.0)
 
 
+@per_rank
 def utilisation(data: RankData) -> pd.DataFrame:
     """Device, cube and vector utilisation per analysed step."""
     tasks = data.all_tasks

@@ -21,8 +21,10 @@ loop), which are reported instead (``keep_outliers`` keeps them).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -106,7 +108,7 @@ class RankData:
     all_tasks: pd.DataFrame
     all_host: pd.DataFrame
     all_memory: pd.DataFrame
-    cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False)
     offsets: dict[str, int] = field(default_factory=dict, repr=False)
     #: graph mode: every plan of the recording, what the passes tried, the planned kernels
     #: (the profile's ``graphs``, ``graph_passes``, ``graph_kernels``; empty when eager)
@@ -511,3 +513,38 @@ def prepare(
         graph_kernels=one.graph_kernels,
         measured_waits=one.measured_waits,
     )
+
+
+_Result = TypeVar("_Result")
+
+
+def per_rank(fn: Callable[..., _Result]) -> Callable[..., _Result]:
+    """Compute ``fn(data, *args)`` once per rank's data (``data.cache``, keyed by the function
+    and its hashable arguments): the tables of an analysis and its rules ask for the same
+    derived tables (the AI CPU tasks, TransData groups, utilisation ...) several times.
+    Each caller gets its own shallow copy of a frame (copy-on-write: free, and safe to add
+    columns to) and of a dict or list, so no caller sees another's changes."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def cached(data: RankData, *args: Any, **kwargs: Any) -> _Result:
+        key = (name, args, tuple(sorted(kwargs.items())))
+        try:
+            result = data.cache[key]
+        except KeyError:
+            result = data.cache[key] = fn(data, *args, **kwargs)
+        return _own_copy(result)
+
+    return cached
+
+
+def _own_copy(value: Any) -> Any:
+    if isinstance(value, (pd.DataFrame, pd.Series)):
+        return value.copy(deep=False)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _own_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_own_copy(v) for v in value)
+    return value

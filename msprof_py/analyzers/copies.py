@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import intervals
-from msprof_py.analyzers.context import COLLECTIVE, KERNEL, MEMCPY, RankData, share_of
+from msprof_py.analyzers.context import COLLECTIVE, KERNEL, MEMCPY, RankData, per_rank, share_of
 
 DIRECTIONS = {
     "HOST_TO_DEVICE": "H2D",
@@ -118,6 +118,7 @@ def host_blocked_ns(data: RankData) -> int:
     return int((blocked["end_ns"] - blocked["start_ns"]).sum())
 
 
+@per_rank
 def summary(
     data: RankData, small_bytes: int = SMALL_BYTES, value_reads: bool = True
 ) -> dict[str, Any]:

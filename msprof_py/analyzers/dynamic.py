@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from msprof_py.analyzers.context import KERNEL, RankData
+from msprof_py.analyzers.context import KERNEL, RankData, per_rank
 
 #: the host-span prefixes the compile cache writes (``compile_cache.COMPILE_PREFIX`` ...)
 COMPILE_PREFIX = "compile "
@@ -25,6 +25,7 @@ BUILD_COLUMNS = ["kind", "op_type", "count", "host_ns"]
 SHAPE_COLUMNS = ["op_type", "shapes", "new_shapes"]
 
 
+@per_rank
 def build_spans(data: RankData, analysed: bool = True) -> pd.DataFrame:
     """The compile and tiling spans of the analysed steps (or the whole run): kind
     (``compile`` | ``tiling``), op type, host time and step of each."""

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import shapes
-from msprof_py.analyzers.context import RankData, share_of
+from msprof_py.analyzers.context import RankData, per_rank, share_of
 from msprof_py.device import formats as devformats
 
 TRANSDATA_COLUMNS = [
@@ -30,6 +30,7 @@ TRANSDATA_COLUMNS = [
 PADDING_COLUMNS = ["rank", "op_type", "tasks", "bytes", "padding_bytes", "padding_share"]
 
 
+@per_rank
 def transdata(data: RankData) -> pd.DataFrame:
     """TransData tasks grouped by the op that caused them and the conversion."""
     tasks = data.tasks
@@ -77,6 +78,7 @@ def _padding_column(df: pd.DataFrame, prefix: str) -> np.ndarray:
     return table[codes]
 
 
+@per_rank
 def padding(data: RankData) -> pd.DataFrame:
     """Per op type working on private formats: bytes moved and how much of it is C0 padding."""
     tasks = data.tasks
@@ -99,6 +101,7 @@ def padding(data: RankData) -> pd.DataFrame:
     return out[PADDING_COLUMNS].reset_index(drop=True)
 
 
+@per_rank
 def summary(data: RankData) -> dict[str, Any]:
     """TransData totals and the padding waste over all private-format traffic."""
     td = transdata(data)

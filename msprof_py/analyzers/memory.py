@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import shapes
-from msprof_py.analyzers.context import MEMCPY, RankData
+from msprof_py.analyzers.context import MEMCPY, RankData, per_rank
 
 STEP_COLUMNS = [
     "rank",
@@ -86,6 +86,7 @@ def timeline(data: RankData, points: int = 400) -> pd.DataFrame:
     return out[TIMELINE_COLUMNS].reset_index(drop=True)
 
 
+@per_rank
 def summary(data: RankData, batch_size: int | None = None, limit: float = LIMIT) -> dict[str, Any]:
     """Peaks, fragmentation, headroom and the batch-size extrapolation (bytes)."""
     mem_all = data.all_memory

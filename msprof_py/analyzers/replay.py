@@ -220,6 +220,7 @@ class _Timeline:
         )
         self.stage2_free = float(early.max()) if len(early) else 0.0
         self.step_end_rec = self._step_ends(self.end)
+        self._unchanged: np.ndarray | None = None
 
     def _step_ends(self, end: np.ndarray) -> np.ndarray:
         """Each replayed analysed step's end (the running maximum of its tasks' ends) and,
@@ -234,6 +235,14 @@ class _Timeline:
                 running = max(running, float(end[mask].max()))
             out.append(running)
         return np.asarray(out)
+
+    def unchanged(self) -> np.ndarray:
+        """The replayed step ends with no change (what every gain is measured against),
+        replayed once."""
+        if self._unchanged is None:
+            durations = (self.end - self.start).astype(np.float64)
+            self._unchanged = self.run(np.zeros(len(self.task_id), bool), durations)
+        return self._unchanged
 
     def run(
         self, dropped: np.ndarray, duration: np.ndarray, sunk: np.ndarray | None = None
@@ -341,7 +350,7 @@ def gain_ns(
         new = durations.reindex(tl.task_id).to_numpy(np.float64)
         changed = np.where(np.isnan(new), base, new)
     in_graph = np.isin(tl.task_id, np.asarray(list(sunk), np.int64))
-    before = tl.run(np.zeros(len(tl.task_id), bool), base)
+    before = tl.unchanged()
     after = tl.run(dropped, changed, in_graph)
     k = len(tl.ids)
     return float((before[-1] - before[0]) - (after[-1] - after[0])) / k
@@ -353,7 +362,7 @@ def check_ns(data: RankData) -> tuple[float, float]:
     tl = _timeline(data)
     if tl is None or not len(tl.ids):
         return 0.0, 0.0
-    replayed = tl.run(np.zeros(len(tl.task_id), bool), (tl.end - tl.start).astype(np.float64))
+    replayed = tl.unchanged()
     k = len(tl.ids)
     return float(tl.step_end_rec[-1] - tl.step_end_rec[0]) / k, float(
         replayed[-1] - replayed[0]

@@ -63,7 +63,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 11;
+constexpr int kAbiVersion = 12;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -90,6 +90,8 @@ struct OpEntry {
   py::object name;
   //: a view op (register_view): its Meta kernel makes the alias on the npu tensor itself
   bool view = false;
+  //: numerics "fast" computes it widened to float32 (fast_numerics): Python's path then
+  bool widened = false;
   //: the CPU op the host half calls instead of this one (set_host_op: a convolution's)
   std::optional<c10::OperatorHandle> host_op;
   //: the host op is aten::convolution_backward, which takes bias_sizes (position 3) where
@@ -260,6 +262,10 @@ int register_view(const std::string& name, const std::string& overload, py::str 
 // Python gave op ``op_id`` a host call of its own (backend.replace_host_call): only Python's
 // path runs it from now on.
 void drop_op(int op_id) { ops.at(static_cast<size_t>(op_id)).enabled = false; }
+
+// Op ``op_id`` is computed widened to float32 under numerics "fast" (its low-precision inputs
+// widened, its float32 results rounded back, as fast_numerics.call_widened does).
+void set_widened(int op_id) { ops.at(static_cast<size_t>(op_id)).widened = true; }
 
 // Op ``op_id`` has no CPU kernel of its own (convolution_overrideable): its host half calls
 // CPU op ``name``.``overload`` with the same arguments, plus, with ``bias_sizes``, the
@@ -794,12 +800,43 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
   return true;
 }
 
+// Numerics "fast" (fast_numerics.call_widened): the float16 or bfloat16 tensors on ``stack``
+// widened to float32 in place, and that dtype; nothing changed (nullopt) when there are none
+// or they mix the two.
+std::optional<at::ScalarType> widen_low_precision(torch::jit::Stack& stack) {
+  std::optional<at::ScalarType> low;
+  for (const auto& value : stack) {
+    if (!value.isTensor()) continue;
+    const auto dtype = value.toTensor().scalar_type();
+    if (dtype != at::kHalf && dtype != at::kBFloat16) continue;
+    if (low.has_value() && *low != dtype) return std::nullopt;
+    low = dtype;
+  }
+  if (!low.has_value()) return low;
+  for (auto& value : stack) {
+    if (value.isTensor() && value.toTensor().scalar_type() == *low) {
+      value = value.toTensor().to(at::kFloat);
+    }
+  }
+  return low;
+}
+
+// The float32 tensors an op widened by widen_low_precision returned, rounded back to ``low``.
+void narrow_results(torch::jit::Stack& stack, at::ScalarType low) {
+  for (auto& value : stack) {
+    if (value.isTensor() && value.toTensor().defined() &&
+        value.toTensor().scalar_type() == at::kFloat) {
+      value = value.toTensor().to(low);
+    }
+  }
+}
+
 // Run op ``op_id`` on the host views of ``arguments`` (every schema argument, defaults
 // included): the CPU kernel, fresh npu outputs, the stale written tensors and the learned-launch
-// key. False, with nothing changed, when the call is outside the plain case or the CPU kernel
-// raised.
+// key; ``widen``: computed widened (numerics "fast" and an op it widens). False, with nothing
+// changed, when the call is outside the plain case or the CPU kernel raised.
 bool host_run(int op_id, const OpEntry& entry, const std::vector<c10::IValue>& arguments,
-              HostCall& call) {
+              HostCall& call, bool widen) {
   const size_t count = entry.kinds.size();
   torch::jit::Stack stack;
   stack.reserve(count);
@@ -807,8 +844,10 @@ bool host_run(int op_id, const OpEntry& entry, const std::vector<c10::IValue>& a
     if (!call.unwrap.push(entry, i, arguments[i], stack)) return false;
   }
   try {
+    const auto low = widen ? widen_low_precision(stack) : std::nullopt;
     if (entry.insert_bias_sizes) stack.insert(stack.begin() + 3, bias_sizes_of(stack));
     (entry.host_op ? *entry.host_op : entry.handle).callBoxed(stack);
+    if (low.has_value()) narrow_results(stack, *low);
   } catch (const std::exception&) {
     PyErr_Clear();
     return false;
@@ -1082,7 +1121,8 @@ py::object run(int op_id, py::tuple args, py::dict kwargs, py::handle state) {
   }
   if (by_name != kwargs.size()) return py::none();  // a name the schema does not have
   HostCall call;
-  if (!host_run(op_id, entry, arguments, call)) return py::none();
+  const bool widen = entry.widened && truthy(get(state, s_fast));
+  if (!host_run(op_id, entry, arguments, call, widen)) return py::none();
   if (launch_learned(call, state)) {
     py::list done(1);
     done[0] = call.python_result();
@@ -1282,8 +1322,9 @@ void run_view(const c10::OperatorHandle& op, const OpEntry& entry,
   host_op.close();
 }
 
-// Run a plain op here (numerics "cpu", modelled host time, the recorder or nothing observing):
-// the host half (host_run), the host op's row, then the learned launch or Python's finish.
+// Run a plain op here (numerics "cpu" or "fast", modelled host time, the recorder or nothing
+// observing): the host half (host_run), the host op's row, then the learned launch or Python's
+// finish.
 // False, with nothing done, when it is not such a call.
 bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
                 torch::jit::Stack* stack) {
@@ -1304,9 +1345,9 @@ bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a
     run_view(op, entry, arguments, stack, state, observer, host_op);
     return true;
   }
-  if (truthy(get(state, s_fast))) return false;  // numerics "fast" widens in Python
   HostCall call;
-  if (!host_run(op_id, entry, arguments, call)) return false;
+  const bool widen = entry.widened && truthy(get(state, s_fast));
+  if (!host_run(op_id, entry, arguments, call, widen)) return false;
   // the CPU kernel changed no device state: the host op opens at the clock it would have
   // opened at before it
   ++direct_runs;
@@ -1455,6 +1496,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("register_view", &register_view, "Register a view op; its id, or -1.");
   m.def("drop_op", &drop_op, "Send op id to Python's path only.");
   m.def("set_host_op", &set_host_op, "Give op id the CPU op its host half calls.");
+  m.def("set_widened", &set_widened, "Mark op id as computed widened under numerics fast.");
   m.def("forget_launches", &forget_launches, "Forget every learned launch.");
   m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");
