@@ -31,15 +31,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from msprof_py.analyzers import intervals, shapes, timeline
 from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, RankData
+from msprof_py.analyzers.findings import read_rules_file
 from msprof_py.analyzers.patterns import OPTIMIZER_ANNOTATION
 from msprof_py.device import costmodel
 
@@ -54,8 +53,7 @@ _EPILOGUE = frozenset({"addmm", "baddbmm", "addbmm"})
 @cache
 def policy() -> dict[str, Any]:
     """``rules/amp_policy.yaml`` as sets: ``lower``, ``fp32`` and the ``recorded`` overrides."""
-    text = resources.files("msprof_py.analyzers").joinpath("rules/amp_policy.yaml").read_text()
-    raw = yaml.safe_load(text)
+    raw = read_rules_file("amp_policy.yaml")
     return {
         "lower": frozenset(raw["lower"]),
         "fp32": frozenset(raw["fp32"]),

@@ -199,15 +199,18 @@ def _fill(text: str, values: dict[str, Any]) -> str:
         return text
 
 
-def _read(name: str) -> dict[str, Any]:
+def read_rules_file(name: str) -> Any:
+    """``rules/<name>`` (a YAML file shipped with the analyzers), parsed safely: by libyaml's C
+    parser where PyYAML has it (the same result, about ten times faster than the pure-Python
+    one, whose parse of the rule files was a fifth of an analysis of a small profile)."""
     text = resources.files("msprof_py.analyzers").joinpath(f"rules/{name}").read_text()
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @cache
 def rule_specs() -> dict[str, RuleSpec]:
     """Every rule of ``rules/rules.yaml``, by name, in file order."""
-    raw = _read("rules.yaml")
+    raw = read_rules_file("rules.yaml")
     high, medium = float(raw["priority"]["high"]), float(raw["priority"]["medium"])
     specs = {}
     for name, r in raw["rules"].items():
@@ -232,4 +235,4 @@ def rule_specs() -> dict[str, RuleSpec]:
 @cache
 def aicpu_advice() -> dict[str, Any]:
     """``rules/aicpu.yaml``: what to change per dtype and per op type."""
-    return _read("aicpu.yaml")
+    return read_rules_file("aicpu.yaml")

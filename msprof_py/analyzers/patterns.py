@@ -19,15 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from msprof_py.analyzers import intervals, shapes
 from msprof_py.analyzers.context import RankData
+from msprof_py.analyzers.findings import read_rules_file
 
 GLUE = "c"
 OPTIMIZER = "O"
@@ -51,8 +50,7 @@ class Pattern:
 @cache
 def load_patterns() -> tuple[dict[str, str], tuple[Pattern, ...]]:
     """(ATen base name -> letter, patterns in matching order) from ``rules/patterns.yaml``."""
-    text = resources.files("msprof_py.analyzers").joinpath("rules/patterns.yaml").read_text()
-    raw: dict[str, Any] = yaml.safe_load(text)
+    raw: dict[str, Any] = read_rules_file("patterns.yaml")
     letters = {name: letter for letter, names in raw["tokens"].items() for name in names}
     patterns = tuple(
         Pattern(name, spec["label"], re.compile(spec["regex"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from analyze_helpers import Builder, steps
 
@@ -115,3 +116,28 @@ def test_a_run_without_step_marks_says_how_to_mark_them() -> None:
     marked.op("aten::mm", 0, 1_000, [{"start": 2_000, "end": 9_000, "op_type": "MatMul"}])
     notes = analyze(marked.build()).profile["notes"]
     assert not any("no step boundary" in n for n in notes)
+
+
+def test_a_per_rank_table_is_computed_once_and_each_caller_owns_its_copy() -> None:
+    """``context.per_rank`` computes a derived table once per rank's data and arguments; a
+    caller adding a column or changing a value in what it got changes nothing the next
+    caller gets; another rank's data computes its own."""
+    calls: list[tuple] = []
+
+    @context.per_rank
+    def table(data: context.RankData, scale: int = 1) -> pd.DataFrame:
+        calls.append((data.rank, scale))
+        return pd.DataFrame({"t": data.tasks["duration_ns"] * scale})
+
+    data = context.prepare(steps(Builder(), 3, 1000).build(), 0)
+    b = steps(Builder(), 3, 1000)
+    b.task(100, 400, step=1)
+    other = context.prepare(b.build(), 0)
+    first = table(data)
+    first["extra"] = 1
+    first.loc[:, "t"] = -5
+    again = table(data)
+    assert list(again.columns) == ["t"] and not (again["t"] == -5).any()
+    assert table(data, 2) is not again and table(data, scale=2).equals(table(data, 2))
+    assert len(table(other)) == 1
+    assert calls == [(0, 1), (0, 2), (0, 2), (0, 1)]  # positional and keyword: two keys
