@@ -24,8 +24,10 @@ from msprof_py.adapter import native
 
 needs_native = pytest.mark.skipif(native.load() is None, reason=native.status())
 
-#: trains for argv[1] seconds while another thread sends SIGINT every 0-2 ms; each interrupt
-#: during a step is one KeyboardInterrupt, caught, and the loop goes on
+#: trains for argv[1] seconds (and on, up to 30 s more, until it has made 11 steps and caught
+#: 51 interrupts) while another thread sends SIGINT every 0-2 step times (at least 0-2 ms, so
+#: a slow machine's steps still finish between interrupts); each interrupt during a step is one
+#: KeyboardInterrupt, caught, and the loop goes on
 STORM = """
 import os, random, signal, sys, threading, time, torch, msprof_py.adapter
 msprof_py.adapter.install()
@@ -41,24 +43,37 @@ def on_sigint(signum, frame):
         armed = False
         raise KeyboardInterrupt
 
+def step():
+    loss = model(torch.randn(8, 16).to("npu")).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+for _ in range(3):  # warm: plans made, launches learned
+    step()
+began = time.monotonic()
+for _ in range(5):
+    step()
+# interrupts every 0-2 steps' time (at least 0-2 ms): about half the steps are interrupted,
+# at every point of a step, on a fast machine as on a slow one
+spacing = max(0.002, 2 * (time.monotonic() - began) / 5)
 signal.signal(signal.SIGINT, on_sigint)
 stop = threading.Event()
 
 def pester():
     while not stop.is_set():
-        time.sleep(random.random() * 0.002)
+        time.sleep(random.random() * spacing)
         os.kill(os.getpid(), signal.SIGINT)
 
 threading.Thread(target=pester, daemon=True).start()
 interrupted = steps = 0
 end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
+while time.monotonic() < end or (
+    (steps <= 10 or interrupted <= 50) and time.monotonic() < end + 30
+):
     try:
         armed = True
-        loss = model(torch.randn(8, 16).to("npu")).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        step()
         armed = False
         steps += 1
     except KeyboardInterrupt:
