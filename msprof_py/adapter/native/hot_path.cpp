@@ -52,6 +52,7 @@
 
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -903,6 +904,20 @@ py::object call(const py::object& callable, std::initializer_list<PyObject*> arg
   return py::reinterpret_steal<py::object>(out);
 }
 
+// ``obj.name(*args)`` without a bound-method object (PyObject_VectorcallMethod); throws the
+// Python error. At most 15 arguments.
+py::object call_method(const py::object& obj, PyObject* name,
+                       std::initializer_list<PyObject*> args) {
+  PyObject* stack[16];
+  if (args.size() >= 16) throw std::invalid_argument("call_method: at most 15 arguments");
+  stack[0] = obj.ptr();
+  const size_t n = args.size();
+  std::copy_n(args.begin(), n, stack + 1);
+  PyObject* out = PyObject_VectorcallMethod(name, stack, n + 1, nullptr);
+  if (out == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(out);
+}
+
 // The fresh outputs' private formats, as backend._tag_outputs gives them after their device
 // memory: the storage tagged, and held in its padded size when that exceeds its block
 // (tensors.hold_device_bytes).
@@ -1268,7 +1283,7 @@ class HostOp {
     if (nested_) return;
     clock_ = get(observer, s_clock);
     if (!truthy(get(observer, s_recording))) {
-      call(get(sink_, s_op_close), {});
+      call_method(sink_, s_op_close, {});
     } else {
       const auto& [shapes, dtypes] = argument_texts(schema, arguments);
       const py::object start = call(clock_, {});
@@ -1277,9 +1292,9 @@ class HostOp {
       const py::object class_path = get(modules, s_class_path);
       const py::object instance_path = get(modules, s_instance_path);
       const py::int_ sequence(sequence_number());
-      call(get(sink_, s_op_begin),
-           {entry.name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
-            class_path.ptr(), sequence.ptr(), instance_path.ptr(), no_stack});
+      call_method(sink_, s_op_begin,
+                  {entry.name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
+                   class_path.ptr(), sequence.ptr(), instance_path.ptr(), no_stack});
     }
     const py::int_ inside(1);
     if (PyObject_SetAttr(state.ptr(), s_depth, inside.ptr()) != 0) throw py::error_already_set();
@@ -1292,7 +1307,7 @@ class HostOp {
     const py::object state = std::move(state_);
     const py::int_ outside(0);
     if (PyObject_SetAttr(state.ptr(), s_depth, outside.ptr()) != 0) throw py::error_already_set();
-    call(get(sink_, s_op_end), {call(clock_, {}).ptr()});
+    call_method(sink_, s_op_end, {call(clock_, {}).ptr()});
   }
 
  private:

@@ -427,6 +427,24 @@ static PyTypeObject RowBufferType = {
 #define MEMORY_KINDS "qsqqqqqisi"
 #define MEMORY_COLUMNS 10
 #define TEXT_CACHE_LIMIT 4096
+/* Front caches: direct-mapped slots, indexed by a key object's address, checked before the
+   dict caches (a hit costs a pointer compare, no int object and no dict lookup). */
+#define FRONT_SLOTS 64
+#define FRONT_INDEX(key) ((((uintptr_t)(key)) >> 4) & (FRONT_SLOTS - 1))
+
+/* A front slot: `key` (a strong reference, so its address is not reused while cached) and its
+   entry from the dict cache. */
+typedef struct {
+    PyObject *key, *entry;
+} FrontSlot;
+
+/* A kernel cost's row values, read once per cost object (KernelCost is frozen). */
+typedef struct {
+    PyObject *cost;      /* strong reference, NULL when the slot is empty */
+    PyObject *type_text; /* borrowed from the sink's type_texts */
+    double flops;
+    long long block_dim, bytes, cube_ns, vector_ns, memory_ns;
+} CostSlot;
 
 typedef struct {
     PyObject_HEAD
@@ -446,6 +464,11 @@ typedef struct {
     /* the host op open now (op_begin .. op_end): its event id is `parent`; `op` holds
        (name, start, thread, shapes, dtypes, module, sequence, module path, stack), or NULL */
     PyObject *op;
+    FrontSlot text_front[FRONT_SLOTS], attr_front[FRONT_SLOTS];
+    CostSlot costs[FRONT_SLOTS];
+    unsigned long last_ident; /* the thread ident of the last `thread` lookup and its value */
+    long long last_thread;
+    int have_thread;
 } RowSinkObject;
 
 static PyTypeObject RowSinkType;
@@ -477,6 +500,13 @@ static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->action_members);
     Py_VISIT(self->action_texts);
     Py_VISIT(self->op);
+    for (int i = 0; i < FRONT_SLOTS; i++) {
+        Py_VISIT(self->text_front[i].key);
+        Py_VISIT(self->text_front[i].entry);
+        Py_VISIT(self->attr_front[i].key);
+        Py_VISIT(self->attr_front[i].entry);
+        Py_VISIT(self->costs[i].cost);
+    }
     return 0;
 }
 
@@ -496,6 +526,14 @@ static int RowSink_clear(RowSinkObject *self) {
     Py_CLEAR(self->action_members);
     Py_CLEAR(self->action_texts);
     Py_CLEAR(self->op);
+    for (int i = 0; i < FRONT_SLOTS; i++) {
+        Py_CLEAR(self->text_front[i].key);
+        Py_CLEAR(self->text_front[i].entry);
+        Py_CLEAR(self->attr_front[i].key);
+        Py_CLEAR(self->attr_front[i].entry);
+        Py_CLEAR(self->costs[i].cost);
+    }
+    self->have_thread = 0;
     return 0;
 }
 
@@ -582,7 +620,8 @@ static PyObject *text_of(PyObject *members, PyObject *texts, PyObject *member) {
 
 /* The cached entry for `key` (a tuple (key, values...)) in `cache`, computed by `fn` on a miss;
    a new reference, or NULL with an error set. Keyed by identity, holding the key alive. */
-static PyObject *cached_by_identity(PyObject *cache, PyObject *key, PyObject *fn, Py_ssize_t n) {
+static PyObject *cached_by_identity_slow(PyObject *cache, PyObject *key, PyObject *fn,
+                                         Py_ssize_t n) {
     PyObject *id = PyLong_FromVoidPtr(key);
     if (id == NULL) return NULL;
     PyObject *entry = PyDict_GetItemWithError(cache, id);
@@ -616,8 +655,57 @@ static PyObject *cached_by_identity(PyObject *cache, PyObject *key, PyObject *fn
     return entry;
 }
 
+/* cached_by_identity_slow behind the front slots `front`. */
+static PyObject *cached_by_identity(FrontSlot *front, PyObject *cache, PyObject *key,
+                                    PyObject *fn, Py_ssize_t n) {
+    FrontSlot *slot = &front[FRONT_INDEX(key)];
+    if (slot->key == key) return Py_NewRef(slot->entry);
+    PyObject *entry = cached_by_identity_slow(cache, key, fn, n);
+    if (entry == NULL) return NULL;
+    Py_XSETREF(slot->key, Py_NewRef(key));
+    Py_XSETREF(slot->entry, Py_NewRef(entry));
+    return entry;
+}
+
+static int get_ll(PyObject *obj, PyObject *name, long long *out);
+static int get_rounded(PyObject *obj, PyObject *name, long long *out);
+
+/* The row values of kernel cost `cost` (a slot of the sink's cost cache), or NULL with an error
+   set. */
+static const CostSlot *cost_values(RowSinkObject *self, PyObject *cost) {
+    CostSlot *slot = &self->costs[FRONT_INDEX(cost)];
+    if (slot->cost == cost) return slot;
+    CostSlot fresh = {0};
+    PyObject *task_type = PyObject_GetAttr(cost, s_task_type_a);
+    if (task_type == NULL) return NULL;
+    fresh.type_text = text_of(self->type_members, self->type_texts, task_type);
+    Py_DECREF(task_type);
+    if (fresh.type_text == NULL) return NULL;
+    PyObject *flops = PyObject_GetAttr(cost, s_flops);
+    if (flops == NULL) return NULL;
+    fresh.flops = PyFloat_AsDouble(flops);
+    Py_DECREF(flops);
+    if (PyErr_Occurred()) return NULL;
+    if (get_ll(cost, s_block_dim_a, &fresh.block_dim) < 0 ||
+        get_ll(cost, s_bytes, &fresh.bytes) < 0 ||
+        get_rounded(cost, s_cube_ns, &fresh.cube_ns) < 0 ||
+        get_rounded(cost, s_vector_ns, &fresh.vector_ns) < 0 ||
+        get_rounded(cost, s_memory_ns, &fresh.memory_ns) < 0)
+        return NULL;
+    fresh.cost = Py_NewRef(cost);
+    PyObject *old = slot->cost;
+    *slot = fresh;
+    Py_XDECREF(old);
+    return slot;
+}
+
 static int sink_thread(RowSinkObject *self, long long *out) {
-    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    const unsigned long raw = PyThread_get_thread_ident();
+    if (self->have_thread && self->last_ident == raw) {
+        *out = self->last_thread;
+        return 0;
+    }
+    PyObject *ident = PyLong_FromUnsignedLong(raw);
     if (ident == NULL) return -1;
     PyObject *found = PyDict_GetItemWithError(self->threads, ident);
     if (found == NULL) {
@@ -631,7 +719,11 @@ static int sink_thread(RowSinkObject *self, long long *out) {
     }
     Py_DECREF(ident);
     *out = PyLong_AsLongLong(found);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+    if (*out == -1 && PyErr_Occurred()) return -1;
+    self->last_ident = raw;
+    self->last_thread = *out;
+    self->have_thread = 1;
+    return 0;
 }
 
 static int get_ll(PyObject *obj, PyObject *name, long long *out) {
@@ -722,21 +814,15 @@ int sink_kernel(PyObject *sink, long long host_start, long long host_end, long l
     if (!self->tasks_on || self->failed) return 0;
     RowBufferObject *b = self->tasks;
     Value v[TASK_COLUMNS];
-    PyObject *task_type = PyObject_GetAttr(cost, s_task_type_a);
-    if (task_type == NULL) return -1;
-    PyObject *type_text = text_of(self->type_members, self->type_texts, task_type);
-    Py_DECREF(task_type);
-    if (type_text == NULL) return -1;
-    PyObject *flops = PyObject_GetAttr(cost, s_flops);
-    if (flops == NULL) return -1;
-    v[11].d = PyFloat_AsDouble(flops);
-    Py_DECREF(flops);
-    if (PyErr_Occurred()) return -1;
-    if (get_ll(cost, s_block_dim_a, &v[6].q) < 0 || get_ll(cost, s_bytes, &v[12].q) < 0 ||
-        get_rounded(cost, s_cube_ns, &v[26].q) < 0 ||
-        get_rounded(cost, s_vector_ns, &v[27].q) < 0 ||
-        get_rounded(cost, s_memory_ns, &v[28].q) < 0)
-        return -1;
+    const CostSlot *c = cost_values(self, cost);
+    if (c == NULL) return -1;
+    PyObject *type_text = c->type_text;
+    v[11].d = c->flops;
+    v[6].q = c->block_dim;
+    v[12].q = c->bytes;
+    v[26].q = c->cube_ns;
+    v[27].q = c->vector_ns;
+    v[28].q = c->memory_ns;
     v[0].q = task_id;
     v[1].q = stream_id;
     v[7].q = launch;
@@ -748,7 +834,7 @@ int sink_kernel(PyObject *sink, long long host_start, long long host_end, long l
     if (put_text(b, v, 2, s_kernel) < 0 || put_text(b, v, 3, type_text) < 0 ||
         put_text(b, v, 4, name) < 0 || put_text(b, v, 5, op_type) < 0)
         return -1;
-    PyObject *texts = cached_by_identity(self->texts, tensors, self->render, 6);
+    PyObject *texts = cached_by_identity(self->text_front, self->texts, tensors, self->render, 6);
     if (texts == NULL) return -1;
     int failed = 0;
     for (Py_ssize_t i = 0; i < 6 && !failed; i++)
@@ -756,7 +842,7 @@ int sink_kernel(PyObject *sink, long long host_start, long long host_end, long l
     Py_DECREF(texts);
     if (failed) return -1;
     /* attributes: copy kind, pinned, collective, algorithm, world size, notify wait, op state */
-    PyObject *fields = cached_by_identity(self->attrs, attrs, self->attr_fields, 7);
+    PyObject *fields = cached_by_identity(self->attr_front, self->attrs, attrs, self->attr_fields, 7);
     if (fields == NULL) return -1;
     for (Py_ssize_t i = 0; i < 7 && !failed; i++)
         failed = convert(&b->cols[19 + i], PyTuple_GET_ITEM(fields, i + 1), &v[19 + i]) < 0;
