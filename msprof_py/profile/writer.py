@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from msprof_py.profile.meta import fsync_dir, write_json_atomic, write_meta_file
+from msprof_py.profile.part_queue import PartQueue
 from msprof_py.profile.schema import META_FILE, TABLES, Table
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "RawWriter", "write_json_atomic", "write_meta_file"]
@@ -62,18 +63,20 @@ def _rows_to_table(rows: list[tuple], table: Table) -> pa.Table:
     return pa.Table.from_struct_array(pa.array(rows, type=struct))
 
 
-def new_rows(table: Table, compiled: bool = True) -> Any:
+def new_rows(table: Table, compiled: bool = True, capacity: int = 0) -> Any:
     """An empty row buffer for ``table``: the compiled columnar ``RowBuffer``
     (``msprof_py/device/native/rows_core.c``) where it is built and the table's column types
     allow, else a list of row tuples. Both take ``append(row)`` and ``len()``;
-    :func:`take_table` empties either into an Arrow table."""
+    :func:`take_table` empties either into an Arrow table. ``capacity``: the rows a compiled
+    buffer's arrays are made for at its first row (a chunk's, so that they never regrow and
+    copy; memory the rows do not reach is never touched)."""
     kinds = "".join(_KINDS.get(column.type, "?") for column in table.columns)
     if compiled and "?" not in kinds:
         from msprof_py.device import native
 
         core = native.load()
         if core is not None:
-            return core.RowBuffer(kinds)
+            return core.RowBuffer(kinds, capacity)
     return []
 
 
@@ -164,6 +167,10 @@ class RawWriter:
     ``chunk_rows`` rows of a table become one Parquet part file, so memory stays bounded and a
     crash loses at most the rows not yet flushed (``flush`` is called on every exit path). The
     folder is created with the first data: a process that records nothing leaves nothing.
+
+    The recording thread only takes a chunk's rows; a writer thread (:class:`PartQueue`)
+    encodes and writes it, and lists it in ``meta.json`` at the next timed or final flush.
+    ``flush`` waits for every part handed over; so does :meth:`drain`.
     """
 
     def __init__(
@@ -172,7 +179,9 @@ class RawWriter:
         self.folder = folder
         self.chunk_rows = chunk_rows
         self.meta = dict(meta)
-        self._rows: dict[str, Any] = {name: new_rows(table) for name, table in TABLES.items()}
+        self._rows: dict[str, Any] = {
+            name: new_rows(table, capacity=chunk_rows) for name, table in TABLES.items()
+        }
         self._parts: dict[str, int] = dict.fromkeys(TABLES, 0)
         self.meta["parts"] = {name: [] for name in TABLES}
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
@@ -180,9 +189,14 @@ class RawWriter:
         #: why recording stopped (a full disk ...), or None while it works
         self.failed: str | None = None
         self._last_flush = time.monotonic()
+        #: taking rows and numbering parts (threads that append and flush take turns)
         self._flush_lock = threading.RLock()
+        #: the listing in ``meta`` (the writer thread adds parts while a flush writes it);
+        #: never held while waiting for the writer thread
+        self._list_lock = threading.RLock()
         #: a part was written since meta.json was last written (it does not list it yet)
         self._unlisted = False
+        self._writes = PartQueue()
 
     def append(self, table: str, row: tuple) -> None:
         """Add one row; flush the table's chunk when it is full, and every buffered row when
@@ -233,14 +247,30 @@ class RawWriter:
         if self.failed is None and time.monotonic() - self._last_flush >= self.flush_interval():
             self._guarded(self._flush_buffers)
 
-    def _flush_buffers(self) -> None:
-        """Every buffered row to disk, then ``meta.json`` rewritten once to list the parts."""
+    def _flush_buffers(self, wait: bool = False) -> None:
+        """Every buffered row handed to the writer thread, then ``meta.json`` rewritten once to
+        list the parts written (``wait``: every part, once the writer thread wrote them)."""
         with self._flush_lock:
             for name in TABLES:
                 self._flush_table(name)
+        if wait:
+            self.drain()
+        self._raise_write_error()
+        with self._flush_lock:
             if self._unlisted:
                 self.write_meta()
         self._last_flush = time.monotonic()
+
+    def drain(self) -> None:
+        """Wait until the writer thread wrote every part handed to it (on disk, not yet
+        listed in ``meta.json``: the next flush lists them)."""
+        self._writes.drain()
+
+    def _raise_write_error(self) -> None:
+        """The writer thread's error, raised here (recording then stops, see _guarded)."""
+        error = self._writes.error
+        if error is not None and self.failed is None:
+            raise error
 
     def _guarded(self, write: Any, *args: Any) -> None:
         """Run ``write``; on any error stop recording with one warning (the profiled program
@@ -279,15 +309,21 @@ class RawWriter:
             rows = self._rows[name]
             if not len(rows):
                 return
+            self._raise_write_error()
             if not self.folder.exists():
                 self.write_meta()
             taken = take_table(rows, TABLES[name])
-            count = taken.num_rows
             part = self.folder / f"{name}-{self._parts[name]:05d}.parquet"
-            listed = _write_part(taken, part)
-            self.meta["parts"][name].append(listed)
             self._parts[name] += 1
-            self.rows_written[name] += count
+            self._writes.submit(lambda: self._write_and_list(name, taken, part))
+
+    def _write_and_list(self, name: str, taken: pa.Table, part: Path) -> None:
+        """On the writer thread: write part ``part`` of table ``name``, then add it to the
+        listing the next ``meta.json`` holds."""
+        listed = _write_part(taken, part)
+        with self._list_lock:
+            self.meta["parts"][name].append(listed)
+            self.rows_written[name] += taken.num_rows
             self.meta["rows"] = dict(self.rows_written)  # counts always match the listed parts
             self._unlisted = True
 
@@ -301,9 +337,9 @@ class RawWriter:
             with contextlib.suppress(Exception):
                 self.write_meta()
             return
-        self._guarded(self._flush_buffers)
+        self._guarded(self._flush_buffers, True)
         if self.failed is None:
-            with self._flush_lock:
+            with self._list_lock:
                 self.meta["rows"] = dict(self.rows_written)
                 self._guarded(self.write_meta)
 
@@ -311,6 +347,6 @@ class RawWriter:
         """(Re)write ``meta.json``, sealed with its checksum (creating the folder on first
         use)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        with self._flush_lock:
+        with self._list_lock:
             write_meta_file(self.folder / META_FILE, self.meta)
             self._unlisted = False

@@ -71,6 +71,7 @@ def test_a_failing_writer_stops_recording_without_raising(
     writer = RawWriter(tmp_path / "raw", {"rank": 0, "status": "running"}, chunk_rows=4)
     for i in range(8):
         writer.append("steps", (i, i, i + 1, "optimizer", 0))
+    writer.drain()  # the writer thread wrote the two chunks handed to it
 
     def disk_full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", "steps-00002.parquet")
@@ -150,7 +151,8 @@ def test_chunk_flushes_list_their_parts_once_per_interval(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """meta.json lists every part, so rewriting it per part made a long run pay more and more
-    per chunk: full chunks go to disk at once and are listed together at the timed flush."""
+    per chunk: full chunks go to the writer thread at once and are listed together at the
+    timed flush."""
     writes: list[int] = []
     real = writer_module.write_meta_file
 
@@ -163,6 +165,7 @@ def test_chunk_flushes_list_their_parts_once_per_interval(
     writer = RawWriter(tmp_path / "raw", {"rank": 0, "status": "running"}, chunk_rows=4)
     for i in range(40):
         writer.append("steps", _step(i))
+    writer.drain()
     assert len(list((tmp_path / "raw").glob("steps-*.parquet"))) == 10
     assert writes == [0]  # the folder's first meta.json only
     # a crash now keeps every chunk: a partial profile reads the parts meta.json does not list

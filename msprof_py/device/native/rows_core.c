@@ -38,6 +38,7 @@ typedef struct {
     Column *cols;
     Py_ssize_t n;   /* rows buffered */
     Py_ssize_t cap; /* rows the arrays hold */
+    Py_ssize_t capacity; /* rows the arrays are first made for (a chunk's: no regrowth) */
 } RowBufferObject;
 
 /* one converted value, before it is written */
@@ -105,10 +106,15 @@ static Column *new_columns(const char *kinds, Py_ssize_t ncols) {
 static PyTypeObject RowBufferType;
 
 static PyObject *RowBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"kinds", NULL};
+    static char *names[] = {"kinds", "capacity", NULL};
     const char *kinds;
-    Py_ssize_t ncols;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#", names, &kinds, &ncols)) return NULL;
+    Py_ssize_t ncols, capacity = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "s#|n", names, &kinds, &ncols, &capacity))
+        return NULL;
+    if (capacity < 0) {
+        PyErr_SetString(PyExc_ValueError, "RowBuffer: capacity must be >= 0");
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < ncols; i++) {
         if (strchr("qidbs", kinds[i]) == NULL || kinds[i] == '\0') {
             PyErr_Format(PyExc_ValueError, "column kind %c: expected one of q i d b s",
@@ -119,6 +125,7 @@ static PyObject *RowBuffer_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     RowBufferObject *self = (RowBufferObject *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->ncols = ncols;
+    self->capacity = capacity;
     self->cols = new_columns(kinds, ncols);
     if (self->cols == NULL) {
         Py_DECREF(self);
@@ -132,17 +139,19 @@ static void RowBuffer_dealloc(RowBufferObject *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Grow every array to hold at least `need` rows (no Python code runs). */
+/* Grow every array to hold at least `need` rows (no Python code runs): first to the buffer's
+   capacity, so that a chunk fills without being copied as it grows. Value arrays are left
+   unset (every row writes its value); bitmaps are zeroed. */
 static int reserve(RowBufferObject *self, Py_ssize_t need) {
     if (need <= self->cap) return 0;
-    Py_ssize_t cap = self->cap ? self->cap : 256;
+    Py_ssize_t cap = self->cap ? self->cap : (self->capacity > 256 ? self->capacity : 256);
     while (cap < need) cap *= 2;
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Column *c = &self->cols[i];
         size_t old = bytes_for(c->kind, self->cap), size = bytes_for(c->kind, cap);
         unsigned char *data = PyMem_Realloc(c->data, size);
         if (data == NULL) return -1;
-        memset(data + old, 0, size - old);
+        if (c->kind == 'b') memset(data + old, 0, size - old);
         c->data = data;
         if (c->valid != NULL) {
             size_t vold = bytes_for('b', self->cap), vsize = bytes_for('b', cap);
@@ -323,6 +332,49 @@ done:
     return result;
 }
 
+/* The memory of one taken column array, handed to Python without a copy: a read-only buffer
+   (Arrow wraps it as it is) that frees the array when the last reference goes. */
+typedef struct {
+    PyObject_HEAD
+    void *data;
+    Py_ssize_t size;
+} ChunkMemoryObject;
+
+static void ChunkMemory_dealloc(ChunkMemoryObject *self) {
+    PyMem_Free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ChunkMemory_getbuffer(ChunkMemoryObject *self, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : empty, self->size,
+                             1, flags);
+}
+
+static PyBufferProcs ChunkMemory_as_buffer = {
+    .bf_getbuffer = (getbufferproc)ChunkMemory_getbuffer,
+};
+
+static PyTypeObject ChunkMemoryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprof_device_core.ChunkMemory",
+    .tp_basicsize = sizeof(ChunkMemoryObject),
+    .tp_dealloc = (destructor)ChunkMemory_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_buffer = &ChunkMemory_as_buffer,
+    .tp_doc = "The memory of one taken column array (a read-only buffer).",
+};
+
+/* `*array` (`size` bytes of it) as a ChunkMemory, which takes it over (`*array` becomes
+   NULL); a new reference, or NULL with an error set (the array stays where it was). */
+static PyObject *chunk_memory(unsigned char **array, Py_ssize_t size) {
+    ChunkMemoryObject *memory = PyObject_New(ChunkMemoryObject, &ChunkMemoryType);
+    if (memory == NULL) return NULL;
+    memory->data = *array;
+    memory->size = *array == NULL ? 0 : size;
+    *array = NULL;
+    return (PyObject *)memory;
+}
+
 /* take() -> (rows, [(values, validity or None, dictionary or None) per column]): every
  * buffered row as Arrow buffers (strings: their int32 codes, and the chunk's dictionary, a
  * list of str in code order), the buffer left empty with fresh dictionaries. */
@@ -347,13 +399,11 @@ static PyObject *RowBuffer_take(RowBufferObject *self, PyObject *unused) {
     }
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
         Column *c = &old[i];
-        PyObject *data = PyBytes_FromStringAndSize(c->data ? (const char *)c->data : "",
-                                                   (Py_ssize_t)bytes_for(c->kind, rows));
+        PyObject *data = chunk_memory(&c->data, (Py_ssize_t)bytes_for(c->kind, rows));
         PyObject *dictionary = Py_NewRef(c->kind == 's' ? c->values : Py_None);
         PyObject *valid = c->valid == NULL
                               ? Py_NewRef(Py_None)
-                              : PyBytes_FromStringAndSize((const char *)c->valid,
-                                                          (Py_ssize_t)bytes_for('b', rows));
+                              : chunk_memory(&c->valid, (Py_ssize_t)bytes_for('b', rows));
         PyObject *entry = data && valid ? PyTuple_Pack(3, data, valid, dictionary) : NULL;
         Py_XDECREF(data);
         Py_XDECREF(valid);
@@ -1005,7 +1055,9 @@ int add_row_types(PyObject *m) {
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return -1;
-    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&RowSinkType) < 0) return -1;
+    if (PyType_Ready(&RowBufferType) < 0 || PyType_Ready(&RowSinkType) < 0 ||
+        PyType_Ready(&ChunkMemoryType) < 0)
+        return -1;
     if (PyModule_AddObjectRef(m, "RowBuffer", (PyObject *)&RowBufferType) < 0) return -1;
     return PyModule_AddObjectRef(m, "RowSink", (PyObject *)&RowSinkType);
 }
