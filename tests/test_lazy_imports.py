@@ -75,3 +75,19 @@ def test_an_unknown_name_is_an_attribute_error(package: str) -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = importlib.import_module(package).nothing_here
+
+
+def test_a_recorded_process_writes_its_parts_without_pandas(tmp_path) -> None:
+    # pyarrow's ``pa.array`` on a list imports pandas (0.2 s of the run): the writer builds
+    # its string arrays from buffers
+    loaded = _modules_after(
+        "import pathlib, torch, msprof_py\n"
+        "from msprof_py.collectors.session import SessionConfig, start_session\n"
+        f"start_session(SessionConfig(output={str(tmp_path)!r}, export=False))\n"
+        "x = torch.ones(4, device='npu')\n"
+        "for _ in range(3):\n"
+        "    x = x * 2\n"
+        "    msprof_py.step()\n"
+        f"assert list(pathlib.Path({str(tmp_path)!r}).glob('*/msprof_raw/tasks-*.parquet'))"
+    )
+    assert "pyarrow.parquet" in loaded and "pandas" not in loaded
