@@ -11,13 +11,16 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from msprof_py import __version__
 from msprof_py.device.spec import DeviceSpec, SpecError, preset_names
-from msprof_py.exporters.window import StepWindow
 from msprof_py.profile.errors import ProfileError, ProfileWarning
+
+if TYPE_CHECKING:
+    from msprof_py.exporters.window import StepWindow
 
 _PYTHON_SHOWWARNING = warnings.showwarning
 _ON_OFF = click.Choice(["on", "off"])
@@ -336,6 +339,8 @@ def _export_choice(text: str, steps: object) -> tuple[tuple[str, ...], StepWindo
         chosen = tuple(n for n in EXPORTS if n in names)
     if steps is None:
         return chosen, None
+    from msprof_py.exporters.window import StepWindow  # pyarrow behind it: only when asked
+
     try:
         return chosen, StepWindow.parse(str(steps))
     except ValueError as exc:

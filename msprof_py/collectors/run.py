@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 from msprof_py.collectors.config import SessionConfig
 from msprof_py.collectors.launcher import LaunchError, launch
 from msprof_py.exporters.sizes import VIEWER_LIMIT_BYTES
-from msprof_py.exporters.window import StepWindow
-from msprof_py.profile.meta import write_meta_file
-from msprof_py.profile.schema import META_FILE, RAW_DIR
+from msprof_py.profile.layout import META_FILE, RAW_DIR
 
 if TYPE_CHECKING:
     from msprof_py.analyzers import Analysis
+    from msprof_py.exporters.window import StepWindow
 
 
 @dataclass(frozen=True)
@@ -380,7 +379,7 @@ class ProfileRun:
         """Write the application's exit code (and a killed run's status) into the rank's
         ``meta.json``; whether the rank has rows to export."""
         from msprof_py.profile import ProfileError
-        from msprof_py.profile.meta import MetaError, parse_meta
+        from msprof_py.profile.meta import MetaError, parse_meta, write_meta_file
 
         meta_path = rank_dir / RAW_DIR / META_FILE
         try:

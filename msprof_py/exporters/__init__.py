@@ -8,8 +8,8 @@ objects, and import no torch.
   folder, for msprof-analyze and MindStudio Insight (:mod:`.ascend_pt`).
 * :func:`write_chrome_trace` writes a Chrome/Perfetto trace of a profile (:mod:`.chrome`).
 
-The writers (and pandas behind them) are imported on first use: ``msprof`` reads its options
-(:class:`StepWindow`) before it runs the application.
+The writers (and pandas behind them) and :class:`StepWindow` (pyarrow behind it) are imported
+on first use: ``msprof`` starts the application before it needs them.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import typing as _typing
 from pathlib import Path
 
 from msprof_py.exporters.errors import ExportError
-from msprof_py.exporters.window import StepWindow, select_steps
 from msprof_py.lazy import lazy_getattr
 
 if _typing.TYPE_CHECKING:
     from msprof_py.exporters.ascend_pt import ExportExistsError
     from msprof_py.exporters.chrome import write_chrome_trace
+    from msprof_py.exporters.window import StepWindow
+    from msprof_py.exporters.window import select_steps as select_steps
 
 __all__ = [
     "ExportError",
@@ -42,6 +43,7 @@ def export_run(run_dir: Path, steps: StepWindow | None = None) -> None:
     export: exports never overwrite, and nothing is written in that case.
     """
     from msprof_py.exporters.ascend_pt import export_ascend_pt
+    from msprof_py.exporters.window import select_steps
     from msprof_py.profile import load
 
     profile = None if steps is None else select_steps(load(Path(run_dir)), steps)
@@ -52,6 +54,9 @@ def export_run(run_dir: Path, steps: StepWindow | None = None) -> None:
 _LAZY = {
     "ExportExistsError": "msprof_py.exporters.ascend_pt",
     "write_chrome_trace": "msprof_py.exporters.chrome",
+    # the window imports the schema, hence pyarrow: msprof's launcher needs neither to start
+    "StepWindow": "msprof_py.exporters.window",
+    "select_steps": "msprof_py.exporters.window",
 }
 
 

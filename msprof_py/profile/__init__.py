@@ -1,7 +1,9 @@
 """The stored profile: schema (one place for every table and column), writer and ``load()``.
 
 ``load`` and ``Profile`` are imported on first use: the recorder in every profiled
-process needs the schema and the writer only, not pandas (which ``load`` builds frames with).
+process needs the schema and the writer only, not pandas (which ``load`` builds frames with);
+so are ``RAW_DIR`` and ``TABLES`` (the schema imports pyarrow, which the ``msprof`` launcher
+needs only after the application ran).
 """
 
 from __future__ import annotations
@@ -10,15 +12,21 @@ import typing as _typing
 
 from msprof_py.lazy import lazy_getattr
 from msprof_py.profile.errors import ProfileError, ProfileWarning
-from msprof_py.profile.schema import RAW_DIR, TABLES
 
 if _typing.TYPE_CHECKING:
     from msprof_py.profile.loading import Profile, load
+    from msprof_py.profile.schema import RAW_DIR, TABLES
 
 __all__ = ["RAW_DIR", "TABLES", "Profile", "ProfileError", "ProfileWarning", "load"]
 
 __getattr__ = lazy_getattr(
     __name__,
     globals(),
-    {"Profile": "msprof_py.profile.loading", "load": "msprof_py.profile.loading"},
+    {
+        "Profile": "msprof_py.profile.loading",
+        "load": "msprof_py.profile.loading",
+        # the schema imports pyarrow: the launcher's errors need neither before the run
+        "RAW_DIR": "msprof_py.profile.schema",
+        "TABLES": "msprof_py.profile.schema",
+    },
 )

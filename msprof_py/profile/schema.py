@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-RAW_DIR = "msprof_raw"
-META_FILE = "meta.json"
+from msprof_py.profile.layout import META_FILE as META_FILE
+from msprof_py.profile.layout import RAW_DIR as RAW_DIR
+
 FORMAT_VERSION = 1
 NO_ID = -1  # "none" in id columns (no host op, outside any step ...)
 
