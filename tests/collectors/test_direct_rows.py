@@ -242,3 +242,35 @@ def test_without_the_compiled_core_rows_are_tuples() -> None:
     assert rows == []
     rows.append((0, 0, 10, "optimizer", 0))
     assert take_table(rows, TABLES["steps"]).num_rows == 1 and rows == []
+
+
+@needs_core
+def test_a_row_buffer_made_for_a_chunk_fills_past_it_and_hands_over_its_arrays() -> None:
+    rows = CORE.RowBuffer("qdsb", capacity=300)
+    expected = [(i, i / 4, f"s{i % 7}", i % 3 == 0) for i in range(1000)]  # grows past 300
+    for row in expected:
+        rows.append(row)
+    rows.append((None, None, None, None))
+    count, columns = rows.take()
+    assert count == 1001 and len(rows) == 0
+    (ints, valid, _), (floats, _, _), (codes, _, dictionary), (bits, _, _) = columns
+    assert memoryview(ints).readonly and len(memoryview(ints)) == 8 * 1001
+    table = pa.Table.from_arrays(
+        [
+            pa.Array.from_buffers(pa.int64(), count, [pa.py_buffer(valid), pa.py_buffer(ints)]),
+            pa.Array.from_buffers(pa.float64(), count, [None, pa.py_buffer(floats)]),
+            pa.Array.from_buffers(pa.int32(), count, [None, pa.py_buffer(codes)]),
+            pa.Array.from_buffers(pa.bool_(), count, [None, pa.py_buffer(bits)]),
+        ],
+        names=["i", "d", "code", "b"],
+    )
+    del ints, floats, codes, bits, columns  # Arrow's buffers keep the arrays alive
+    got = table.to_pydict()
+    assert got["i"] == [r[0] for r in expected] + [None]
+    assert got["d"][:1000] == [r[1] for r in expected]
+    assert [dictionary[c] for c in got["code"][:1000]] == [r[2] for r in expected]
+    assert got["b"][:1000] == [r[3] for r in expected]
+    rows.append((1, 1.0, "again", True))  # the buffer starts its next chunk
+    assert rows.take()[0] == 1
+    with pytest.raises(ValueError, match="capacity"):
+        CORE.RowBuffer("q", capacity=-1)
