@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import time
+
 import torch
 
 
@@ -50,6 +53,23 @@ def _register_compiled_guard() -> bool:
     return module is not None and bool(module.register_npu_device())
 
 
+#: how long the interpreter's exit waits for autograd's device thread (see below)
+AUTOGRAD_SETTLE_S = 0.02
+
+
+def _let_autograd_threads_settle() -> None:
+    """At exit, before Python finalizes: give autograd's npu device thread the GIL for a moment.
+
+    torch keeps a Python object (the ``contextvars`` context it stashes for each backward) in
+    every graph task's thread-local state, and the device thread that ran the task may drop
+    the task's last reference just after ``backward()`` returned to the caller. If the script
+    ends right then, that thread asks for the GIL while Python finalizes, which ends it with
+    ``pthread_exit`` inside a noexcept frame: the process aborts ("terminate called without
+    an active exception", about one run in eight of a script that exits after a backward, on
+    a loaded machine). Sleeping here releases the GIL so that the thread can let go first."""
+    time.sleep(AUTOGRAD_SETTLE_S)
+
+
 def register_device() -> None:
     """Name PrivateUse1 ``npu`` and attach the device guard and hooks (once per process): the
     compiled ones where the compiled module is built, else :class:`_DeviceGuard` and
@@ -60,6 +80,8 @@ def register_device() -> None:
     """
     torch.utils.rename_privateuse1_backend("npu")
     torch.utils.generate_methods_for_privateuse1_backend()
+    # registered first, so it runs after every exit handler registered later (msprof's flush)
+    atexit.register(_let_autograd_threads_settle)
     if _register_compiled_guard():
         return
     _skip_in_dynamo(
