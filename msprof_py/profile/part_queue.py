@@ -32,29 +32,22 @@ class PartQueue:
     the child's queue runs jobs in the caller's thread (its copy has no worker)."""
 
     def __init__(self, name: str = "msprof-writer") -> None:
-        self._name = name
         self._jobs: queue.Queue[Callable[[], None]] = queue.Queue(maxsize=MAX_PENDING)
         self._owner = os.getpid()
         #: the first job's error (None while every job succeeded)
         self.error: BaseException | None = None
-        self._thread = self._start()
-
-    def _start(self) -> threading.Thread:
-        thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-        thread.start()
-        return thread
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` after those submitted before (waits while :data:`MAX_PENDING` wait)."""
         if self.error is not None:
             return
-        if os.getpid() != self._owner:  # a forked child: no worker of its own
+        # a forked child has no worker of its own; at shutdown the worker may have ended
+        if os.getpid() != self._owner or not self._thread.is_alive():
             self._run(job)
-            return
-        if not self._thread.is_alive():  # ended with the interpreter's shutdown
-            self._run(job)
-            return
-        self._jobs.put(job)
+        else:
+            self._jobs.put(job)
 
     def drain(self) -> None:
         """Wait until every submitted job is done (or dropped after an error)."""
