@@ -7,13 +7,17 @@ config into the environment, starts without importing torch.
 from __future__ import annotations
 
 import json
+import signal
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: environment variable through which the launcher hands the config to the bootstrap
 CONFIG_ENV = "MSPROF_PY_CONFIG"
+#: what a recorded process sends msprof, its parent (``SessionConfig.notify_pid``), once its
+#: profile is complete and it is about to exit
+PROFILE_DONE = signal.SIGUSR1
 
-__all__ = ["CONFIG_ENV", "SessionConfig"]
+__all__ = ["CONFIG_ENV", "PROFILE_DONE", "SessionConfig"]
 
 
 @dataclass
@@ -37,6 +41,9 @@ class SessionConfig:
     command: str = ""
     #: write the Ascend exports when the session stops (off when the launcher does it)
     export: bool = True
+    #: msprof's pid: the process it started (its child, not the child's children) sends it
+    #: ``PROFILE_DONE`` once the profile is complete, as it exits
+    notify_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -4,21 +4,25 @@ The child dies with msprof: on Linux it asks the kernel (``prctl(PR_SET_PDEATHSI
 SIGTERM when msprof dies, however it dies (SIGKILL, the OOM killer), so it never trains on as an
 orphan. SIGTERM, not SIGKILL: the recording session flushes the profile on SIGTERM (status
 ``terminated``), and torchrun passes it on to its workers, so what was recorded stays loadable.
+
+A recorded child tells msprof when its profile is complete and it is exiting
+(:data:`PROFILE_DONE`): the interpreter's teardown that follows (a few tenths of a second once
+torch is loaded) need not delay the analysis, which can start beside it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from msprof_py.collectors.config import CONFIG_ENV, SessionConfig
+from msprof_py.collectors.config import CONFIG_ENV, PROFILE_DONE, SessionConfig
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -31,8 +35,8 @@ PR_SET_PDEATHSIG = 1
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    try:  # the C library is loaded already: its symbols, without find_library's ldconfig run
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 
@@ -84,8 +88,38 @@ def split_application(application: str) -> list[str]:
         raise LaunchError(f"cannot parse --application: {exc}") from None
 
 
+@contextlib.contextmanager
+def profile_done_notices() -> Iterator[int | None]:
+    """While the block runs, :data:`PROFILE_DONE` is caught rather than fatal; yields the pid
+    for ``SessionConfig.notify_pid`` (None where notices cannot be waited for: not the main
+    thread, no ``sigtimedwait``)."""
+    if not hasattr(signal, "sigtimedwait"):
+        yield None
+        return
+    try:
+        previous = signal.signal(PROFILE_DONE, _ignore_notice)
+    except ValueError:  # not the main thread
+        yield None
+        return
+    try:
+        yield os.getpid()
+    finally:
+        signal.signal(PROFILE_DONE, previous)
+
+
+def _ignore_notice(signum: int, frame: object) -> None:
+    """A notice that came outside :func:`wait` (or from no child of ours): nothing to do."""
+
+
 def launch(argv: list[str], config: SessionConfig) -> int:
     """Run the application with recording on; return its exit code (128+N for signal N)."""
+    code = wait(start(argv, config))
+    assert code is not None
+    return code
+
+
+def start(argv: list[str], config: SessionConfig) -> subprocess.Popen:
+    """Start the application with recording on (:func:`wait` waits for it)."""
     check_script(argv)
     command = resolve_command(argv)
     env = dict(os.environ)
@@ -101,7 +135,13 @@ def launch(argv: list[str], config: SessionConfig) -> int:
         child = subprocess.Popen(command, env=env, preexec_fn=lambda: die_with_parent(parent, libc))
     except OSError as exc:
         raise LaunchError(f"cannot start {command[0]}: {exc.strerror}") from None
-    return _wait_forwarding(child)
+    return child
+
+
+def wait(child: subprocess.Popen, until_done: bool = False) -> int | None:
+    """Wait for ``child``; return its exit code (128+N for signal N). ``until_done``: return
+    None instead as soon as the child sends :data:`PROFILE_DONE` (it is then still exiting)."""
+    return _wait_forwarding(child, until_done)
 
 
 #: ``siginfo.si_code`` of a signal the kernel raised itself (the terminal's Ctrl-C)
@@ -109,19 +149,24 @@ SI_KERNEL = 0x80
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
-def _wait_forwarding(child: subprocess.Popen) -> int:
+def _wait_forwarding(child: subprocess.Popen, until_done: bool = False) -> int | None:
     """Wait for ``child``, passing on SIGINT and SIGTERM sent to msprof (as torchrun does for
     its workers): ``kill -INT <msprof>``, ``timeout -s INT`` or a supervisor end the run the way
     Ctrl-C does. A Ctrl-C from the terminal already reached the child (same process group), so
-    it is not sent twice. Returns the exit code (128+N for signal N)."""
+    it is not sent twice. Returns the exit code (128+N for signal N), or None when
+    ``until_done`` and the child sent :data:`PROFILE_DONE`."""
     if not hasattr(signal, "sigtimedwait"):  # no siginfo: forward SIGTERM, leave SIGINT
         return _wait_with_handlers(child)
-    watched = {*FORWARDED, signal.SIGCHLD}
+    watched = {*FORWARDED, signal.SIGCHLD, PROFILE_DONE}
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     try:
         while child.poll() is None:
             info = signal.sigtimedwait(watched, 0.5)
             if info is None or info.si_signo == signal.SIGCHLD:
+                continue
+            if info.si_signo == PROFILE_DONE:
+                if until_done and info.si_pid == child.pid:
+                    return None
                 continue
             if info.si_signo == signal.SIGINT and info.si_code == SI_KERNEL:
                 continue  # the terminal's Ctrl-C: the child got it too

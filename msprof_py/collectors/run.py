@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msprof_py.collectors.config import SessionConfig
-from msprof_py.collectors.launcher import LaunchError, launch
+from msprof_py.collectors.launcher import LaunchError, profile_done_notices, start, wait
 from msprof_py.exporters.sizes import VIEWER_LIMIT_BYTES
 from msprof_py.profile.layout import META_FILE, RAW_DIR
 
@@ -220,15 +220,57 @@ class ProfileRun:
         )
         report = ("msprof_py.report.build",) if self.options.report else ()
         importing = _import_in_background(_AFTER_RUN + report)
-        try:
-            self.exit_code = launch(self.application, config)
-        except LaunchError:
-            self.folder.rmdir()
-            raise
+        with profile_done_notices() as notify_pid:
+            config.notify_pid = notify_pid
+            try:
+                child = start(self.application, config)
+            except LaunchError:
+                self.folder.rmdir()
+                raise
+            code = wait(child, until_done=notify_pid is not None)
+            if code is None and not self._profiles_complete():
+                code = wait(child)  # another process still records: wait for it all
+            if code is not None:
+                self.exit_code = code
+                self._finish(importing)
+                return self.exit_code
+            # the profile is complete and the application is exiting: finish the profile
+            # beside its teardown, then record how it ended
+            try:
+                self._finish(importing, exited=False)
+            finally:
+                code = wait(child)
+                assert code is not None
+                self.exit_code = code
+            for rank_dir in self.rank_dirs:
+                self._record_exit(rank_dir)
+            self.window_error = self._window_problem()
+        return self.exit_code
+
+    def _profiles_complete(self) -> bool:
+        """Whether the run recorded something and every recording process has saved its
+        profile (none is ``running``)."""
+        from msprof_py.profile.meta import MetaError, parse_meta
+
+        assert self.folder is not None
+        metas = list(self.folder.glob(f"*/{RAW_DIR}/{META_FILE}"))
+        for path in metas:
+            try:
+                if parse_meta(path.read_bytes()).get("status", "running") == "running":
+                    return False
+            except (OSError, MetaError):
+                return False
+        return bool(metas)
+
+    def _finish(self, importing: threading.Thread, exited: bool = True) -> None:
+        """Exports, analysis and report of what was recorded. ``exited``: the application has
+        exited (its exit code is known and recorded first); otherwise it is still exiting,
+        after saving its profile, and its exit code is recorded later."""
+        assert self.folder is not None
         self.rank_dirs = sorted(
             p.parent.parent for p in self.folder.glob(f"*/{RAW_DIR}/{META_FILE}")
         )
-        exported = [rank_dir for rank_dir in self.rank_dirs if self._record_exit(rank_dir)]
+        exported = [d for d in self.rank_dirs if self._record_exit(d, write=exited)]
         self.window_error = self._window_problem()
         analysed = bool(self.rank_dirs) and not self._recorded_nothing
         chrome = analysed and "chrome" in self.options.export
@@ -249,7 +291,6 @@ class ProfileRun:
             self._warn_sizes()
             if self.options.report:
                 self._report()
-        return self.exit_code
 
     def _export(self, rank_dirs: list[Path], chrome: bool, quiet: bool) -> str | None:
         """The Ascend export of each of ``rank_dirs`` and (``chrome``) the Chrome trace; the
@@ -375,9 +416,9 @@ class ProfileRun:
         except Exception as exc:  # the profile is safe; say what failed
             print(f"msprof: the HTML report failed: {_reason(exc)}", file=sys.stderr)
 
-    def _record_exit(self, rank_dir: Path) -> bool:
+    def _record_exit(self, rank_dir: Path, write: bool = True) -> bool:
         """Write the application's exit code (and a killed run's status) into the rank's
-        ``meta.json``; whether the rank has rows to export."""
+        ``meta.json`` (unless not ``write``); whether the rank has rows to export."""
         from msprof_py.profile import ProfileError
         from msprof_py.profile.meta import MetaError, parse_meta, write_meta_file
 
@@ -398,7 +439,8 @@ class ProfileRun:
             )
         self.statuses[int(meta.get("rank", 0))] = str(meta.get("status", "running"))
         try:
-            write_meta_file(meta_path, meta)
+            if write:
+                write_meta_file(meta_path, meta)
         except OSError as exc:  # a full disk: the recorded meta.json stays as it was
             print(f"msprof: could not record the exit code in {meta_path}: {_reason(exc)}",
                   file=sys.stderr)  # fmt: skip

@@ -34,7 +34,7 @@ import msprof_py
 from msprof_py import adapter
 from msprof_py.adapter import runtime, steps
 from msprof_py.collectors import orphans
-from msprof_py.collectors.config import SessionConfig
+from msprof_py.collectors.config import PROFILE_DONE, SessionConfig
 from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
 from msprof_py.profile.schema import DATA_LOADING, FORMAT_VERSION, RAW_DIR
@@ -286,6 +286,8 @@ class Session:
 
     def _at_exit(self) -> None:
         self.stop(self.status if self.status != "running" else "completed")
+        if self.status in ("running", "exception", "oom"):  # exiting the ordinary way
+            self._tell_launcher()
         if self.status == "interrupted" and self.pid == os.getpid():
             # exit the way an interrupted Python exits (killed by SIGINT: status 130), which
             # the interpreter no longer does once a KeyboardInterrupt crossed torch's C++ frames
@@ -297,6 +299,15 @@ class Session:
             # the SystemExit became another exception on its way out through torch's frames
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+
+    def _tell_launcher(self) -> None:
+        """Tell msprof, when it started this process, that the profile is complete (it can
+        analyse while this interpreter tears down). Only msprof's own child tells it: the pid
+        in the config is no one else's parent, and may belong to another process by now."""
+        notify = self.config.notify_pid
+        if notify and self.pid == os.getpid() and os.getppid() == notify:
+            with contextlib.suppress(OSError):
+                os.kill(notify, PROFILE_DONE)
 
     def _excepthook(self, kind: type[BaseException], value: BaseException, tb: Any) -> None:
         if self.status == "terminated":

@@ -7,7 +7,7 @@ The recorder keeps those the ``--steps-from`` choice names.
 
 from __future__ import annotations
 
-from msprof_py.profile.schema import NO_ID
+from msprof_py.profile.layout import NO_ID
 
 #: what ends a step (``msprof --steps-from``): every ``optimizer.step()`` (until the script
 #: marks steps itself), only the script's own marks, or ``"<n>"``: only optimizer n's step()

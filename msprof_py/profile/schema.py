@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from msprof_py.profile.layout import META_FILE as META_FILE
+from msprof_py.profile.layout import NO_ID as NO_ID
 from msprof_py.profile.layout import RAW_DIR as RAW_DIR
 
 FORMAT_VERSION = 1
-NO_ID = -1  # "none" in id columns (no host op, outside any step ...)
 
 
 @dataclass(frozen=True)
