@@ -56,14 +56,23 @@ def _sample(name: str) -> ModuleType:
 
 def best_of(fn: Callable[[], None], repeats: int) -> float:
     """Shortest wall time of ``repeats`` calls of ``fn`` (seconds), garbage collection off."""
-    best = float("inf")
+    return best_of_each({"fn": fn}, repeats)["fn"]
+
+
+def best_of_each(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Shortest wall time of ``repeats`` calls of each of ``fns`` (seconds), garbage
+    collection off, the functions taking turns: a shared VM's speed drifts over seconds, and
+    taking turns gives each the same stretch of it (one after the other, a ratio of two bests
+    moved by 20-40% between runs)."""
+    best = dict.fromkeys(fns, float("inf"))
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
     finally:
         if enabled:
             gc.enable()
@@ -327,23 +336,31 @@ def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[],
 
 
 def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
-    """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes."""
+    """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes: CPU
+    eager, npu and npu's Python path take turns (:func:`best_of_each`); torch.profiler's
+    runs come after them, inside one profiling session."""
     cpu_step = workload.build("cpu")
     cpu_step()  # warm-up (also creates the optimizer state)
-    cpu_ms = best_of(_steps(cpu_step, steps, False), repeats) / steps * 1e3
+    npu_step = workload.build("npu")
+    npu_step()
+    torch.npu.synchronize()
+    npu_run = _steps(npu_step, steps, True)
+
+    def python_path_run() -> None:
+        with python_path():
+            npu_run()
+
+    best = best_of_each(
+        {"cpu": _steps(cpu_step, steps, False), "npu": npu_run, "python": python_path_run},
+        repeats,
+    )
+    cpu_ms, npu_ms, python_path_ms = (best[k] / steps * 1e3 for k in ("cpu", "npu", "python"))
 
     profiled_step = workload.build("cpu")
     profiled_step()
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True):
         profiled_step()  # warm-up inside the profiler
         profiled_ms = best_of(_steps(profiled_step, steps, False), repeats) / steps * 1e3
-
-    npu_step = workload.build("npu")
-    npu_step()
-    torch.npu.synchronize()
-    npu_ms = best_of(_steps(npu_step, steps, True), repeats) / steps * 1e3
-    with python_path():
-        python_path_ms = best_of(_steps(npu_step, steps, True), repeats) / steps * 1e3
     start, end = torch.npu.Event(enable_timing=True), torch.npu.Event(enable_timing=True)
     start.record()
     npu_step()
