@@ -15,19 +15,9 @@ import pytest
 import msprof_py.profile.writer as writer_module
 from msprof_py.profile import load
 from msprof_py.profile.writer import RawWriter
+from tests.collectors.scripts import LINEAR_STEPS as STEPS
 
 MSPROF = [sys.executable, "-m", "msprof_py.cli_entry"]
-
-STEPS = """
-import os, sys, torch
-model = torch.nn.Linear(8, 2).to("npu")
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range({steps}):
-    model(torch.randn(4, 8).to("npu")).sum().backward()
-    opt.step()
-    opt.zero_grad()
-{end}
-"""
 
 
 def _msprof(tmp_path: Path, body: str, output: Path) -> subprocess.CompletedProcess[str]:

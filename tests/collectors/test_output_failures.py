@@ -11,17 +11,9 @@ import pytest
 from msprof_py.collectors.run import ProfileRun, RunOptions
 from msprof_py.profile import load
 from msprof_py.profile.atomic import create_atomically
+from tests.collectors.scripts import LINEAR_STEPS
 
-SCRIPT = """
-import sys, torch
-model = torch.nn.Linear(8, 2).to("npu")
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(2):
-    model(torch.randn(4, 8).to("npu")).sum().backward()
-    opt.step()
-    opt.zero_grad()
-sys.exit(3)
-"""
+SCRIPT = LINEAR_STEPS.format(steps=2, end="sys.exit(3)")
 
 
 def test_create_atomically_leaves_nothing_on_failure(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from msprof_py.collectors.config import PROFILE_DONE, SessionConfig
 from msprof_py.collectors.launcher import profile_done_notices, wait
 from msprof_py.collectors.session import Session
+from tests.collectors.scripts import LINEAR_STEPS
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "sigtimedwait"), reason="needs siginfo")
 
@@ -25,14 +26,10 @@ MSPROF = [sys.executable, "-m", "msprof_py.cli_entry"]
 
 #: a script whose teardown (after every exit handler, the session's included) waits for the
 #: run's Chrome trace: it appears only if msprof finishes the profile before the process ends
-WAITS_IN_TEARDOWN = """
-import glob, os, sys, time, torch
-model = torch.nn.Linear(8, 2).to("npu")
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
-    model(torch.randn(4, 8).to("npu")).sum().backward()
-    opt.step()
-    opt.zero_grad()
+WAITS_IN_TEARDOWN = LINEAR_STEPS.format(
+    steps=3,
+    end="""
+import glob, time
 
 class WaitsForTheTrace:
     def __del__(self, find=glob.glob, clock=time.monotonic, sleep=time.sleep, open=open):
@@ -44,7 +41,8 @@ class WaitsForTheTrace:
 
 kept_until_teardown = WaitsForTheTrace()
 sys.exit({code})
-"""
+""",
+)
 
 
 def _run(tmp_path: Path, code: int) -> tuple[subprocess.CompletedProcess[str], Path]:
