@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import time
+from pathlib import Path
 
 import torch
 
@@ -66,8 +67,21 @@ def _let_autograd_threads_settle() -> None:
     ends right then, that thread asks for the GIL while Python finalizes, which ends it with
     ``pthread_exit`` inside a noexcept frame: the process aborts ("terminate called without
     an active exception", about one run in eight of a script that exits after a backward, on
-    a loaded machine). Sleeping here releases the GIL so that the thread can let go first."""
-    time.sleep(AUTOGRAD_SETTLE_S)
+    a loaded machine). Sleeping here releases the GIL so that the thread can let go first;
+    a process that never ran a backward on npu has no such thread and does not wait."""
+    if autograd_device_threads_started():
+        time.sleep(AUTOGRAD_SETTLE_S)
+
+
+def autograd_device_threads_started() -> bool:
+    """Whether autograd's device threads (``pt_autograd_<n>``, which torch starts at the first
+    backward through a device other than the CPU) exist; True where threads cannot be
+    listed (not Linux), or one ended while they were being read."""
+    try:
+        names = [(task / "comm").read_text() for task in Path("/proc/self/task").iterdir()]
+    except OSError:
+        return True
+    return any(name.startswith("pt_autograd") for name in names)
 
 
 def register_device() -> None:

@@ -148,3 +148,22 @@ def test_the_compiled_guard_answers_as_the_python_guard_does(tmp_path: Path) -> 
     assert compiled.stdout == python.stdout
     assert "current stream 0 npu:0" in compiled.stdout
     assert "grad [2.0, 2.0, 2.0] npu:0" in compiled.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc")
+def test_the_exit_waits_for_autograds_npu_thread_only_once_it_exists() -> None:
+    code = """
+        import torch, msprof_py.adapter
+        from msprof_py.adapter.registration import autograd_device_threads_started
+        msprof_py.adapter.install()
+        x = torch.ones(4, device="npu", requires_grad=True)
+        y = (x * 2).sum()
+        print(autograd_device_threads_started())
+        y.backward()
+        print(autograd_device_threads_started())
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert out.stdout.split() == ["False", "True"]
