@@ -263,18 +263,20 @@ class RawWriter:
         if self.failed is None and time.monotonic() - self._last_flush >= self.flush_interval():
             self._guarded(self._flush_buffers)
 
-    def _flush_buffers(self, wait: bool = False) -> None:
+    def _flush_buffers(self, wait: bool = False, list_parts: bool = True) -> None:
         """Every buffered row handed to the writer thread, then ``meta.json`` rewritten once to
-        list the parts written (``wait``: every part, once the writer thread wrote them)."""
+        list the parts written (``wait``: every part, once the writer thread wrote them; not
+        ``list_parts``: the caller writes ``meta.json`` itself next)."""
         with self._flush_lock:
             for name in TABLES:
                 self._flush_table(name)
         if wait:
             self.drain()
         self._raise_write_error()
-        with self._flush_lock:
-            if self._unlisted:
-                self.write_meta()
+        if list_parts:
+            with self._flush_lock:
+                if self._unlisted:
+                    self.write_meta()
         self._last_flush = time.monotonic()
 
     def drain(self) -> None:
@@ -353,8 +355,8 @@ class RawWriter:
             with contextlib.suppress(Exception):
                 self.write_meta()
             return
-        self._guarded(self._flush_buffers, True)
-        if self.failed is None:
+        self._guarded(self._flush_buffers, True, False)
+        if self.failed is None:  # one write: the parts just written and the final fields
             with self._list_lock:
                 self.meta["rows"] = dict(self.rows_written)
                 self._guarded(self.write_meta)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -178,3 +179,25 @@ def test_the_flush_interval_grows_with_the_parts_listed(monkeypatch: pytest.Monk
     writer._parts["tasks"] = 6
     writer._parts["memory"] = 6
     assert writer.flush_interval() == 3 * writer_module.FLUSH_INTERVAL_S
+
+
+def test_the_final_flush_writes_meta_json_once_with_every_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = RawWriter(tmp_path / "raw", {"rank": 0, "status": "running"}, chunk_rows=4)
+    for i in range(6):  # one full chunk handed to the writer thread, two rows buffered
+        writer.append("steps", (i, i, i + 1, "optimizer", 0))
+    writes: list[dict] = []
+    real_write = writer_module.write_meta_file
+    monkeypatch.setattr(
+        writer_module,
+        "write_meta_file",
+        lambda path, meta: (writes.append(json.loads(json.dumps(meta))), real_write(path, meta)),
+    )
+    writer.meta["status"] = "completed"
+    writer.flush()
+    assert len(writes) == 1
+    (final,) = writes
+    assert final["status"] == "completed" and final["rows"]["steps"] == 6
+    assert [part["rows"] for part in final["parts"]["steps"]] == [4, 2]
+    assert len(load(tmp_path / "raw").steps) == 6
