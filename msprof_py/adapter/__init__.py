@@ -16,7 +16,6 @@ script spends between ops.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -68,10 +67,9 @@ def install(
     from msprof_py.adapter import amp, backend, compat, kernels, npu_amp, npu_module
 
     backend.check_native()
-    if os.environ.get("MSPROF_PY_HOST_MALLOC", "keep") == "keep":
-        from msprof_py.adapter.host_memory import keep_freed_pages
+    from msprof_py.adapter.host_memory import keep_freed_pages
 
-        keep_freed_pages()
+    keep_freed_pages()
 
     runtime.STATE = AdapterState(settings, SimulatedNpu(DeviceSpec.load(device)))
     torch._register_device_module("npu", npu_module)

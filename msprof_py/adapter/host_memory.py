@@ -31,12 +31,18 @@ KEPT_FREE_BYTES = 256 << 20
 MMAP_THRESHOLD_BYTES = 32 << 20
 #: environment variables through which a user sets these thresholds (theirs are kept)
 USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES")
+#: ``MSPROF_PY_HOST_MALLOC=default`` leaves malloc as the C library set it
+SWITCH = "MSPROF_PY_HOST_MALLOC"
 
 
 def keep_freed_pages() -> bool:
-    """Set the thresholds where the C library is glibc and the user has set none of their
-    own; whether they were set."""
-    if not sys.platform.startswith("linux") or any(name in os.environ for name in USER_SETTINGS):
+    """Set the thresholds where the C library is glibc, the user has set none of their own
+    and :data:`SWITCH` does not say ``default``; whether they were set."""
+    if (
+        not sys.platform.startswith("linux")
+        or os.environ.get(SWITCH, "keep") != "keep"
+        or any(name in os.environ for name in USER_SETTINGS)
+    ):
         return False
     try:
         libc = ctypes.CDLL(None)

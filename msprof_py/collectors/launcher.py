@@ -111,13 +111,6 @@ def _ignore_notice(signum: int, frame: object) -> None:
     """A notice that came outside :func:`wait` (or from no child of ours): nothing to do."""
 
 
-def launch(argv: list[str], config: SessionConfig) -> int:
-    """Run the application with recording on; return its exit code (128+N for signal N)."""
-    code = wait(start(argv, config))
-    assert code is not None
-    return code
-
-
 def start(argv: list[str], config: SessionConfig) -> subprocess.Popen:
     """Start the application with recording on (:func:`wait` waits for it)."""
     check_script(argv)
@@ -138,23 +131,18 @@ def start(argv: list[str], config: SessionConfig) -> subprocess.Popen:
     return child
 
 
-def wait(child: subprocess.Popen, until_done: bool = False) -> int | None:
-    """Wait for ``child``; return its exit code (128+N for signal N). ``until_done``: return
-    None instead as soon as the child sends :data:`PROFILE_DONE` (it is then still exiting)."""
-    return _wait_forwarding(child, until_done)
-
-
 #: ``siginfo.si_code`` of a signal the kernel raised itself (the terminal's Ctrl-C)
 SI_KERNEL = 0x80
 FORWARDED = (signal.SIGINT, signal.SIGTERM)
 
 
-def _wait_forwarding(child: subprocess.Popen, until_done: bool = False) -> int | None:
-    """Wait for ``child``, passing on SIGINT and SIGTERM sent to msprof (as torchrun does for
-    its workers): ``kill -INT <msprof>``, ``timeout -s INT`` or a supervisor end the run the way
-    Ctrl-C does. A Ctrl-C from the terminal already reached the child (same process group), so
-    it is not sent twice. Returns the exit code (128+N for signal N), or None when
-    ``until_done`` and the child sent :data:`PROFILE_DONE`."""
+def wait(child: subprocess.Popen, until_done: bool = False) -> int | None:
+    """Wait for ``child`` (:func:`start` started it), passing on SIGINT and SIGTERM sent to
+    msprof (as torchrun does for its workers): ``kill -INT <msprof>``, ``timeout -s INT`` or a
+    supervisor end the run the way Ctrl-C does. A Ctrl-C from the terminal already reached the
+    child (same process group), so it is not sent twice. Returns the exit code (128+N for
+    signal N), or None when ``until_done`` and the child sent :data:`PROFILE_DONE` (it is then
+    still exiting)."""
     if not hasattr(signal, "sigtimedwait"):  # no siginfo: forward SIGTERM, leave SIGINT
         return _wait_with_handlers(child)
     watched = {*FORWARDED, signal.SIGCHLD, PROFILE_DONE}

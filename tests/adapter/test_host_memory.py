@@ -68,3 +68,10 @@ def test_training_steps_reuse_their_pages() -> None:
 def test_the_users_own_malloc_settings_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
     assert host_memory.keep_freed_pages() is False
+
+
+def test_the_switch_leaves_malloc_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in host_memory.USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(host_memory.SWITCH, "default")
+    assert host_memory.keep_freed_pages() is False
