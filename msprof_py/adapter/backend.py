@@ -276,7 +276,14 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
     # a private format changes no host value: converting the inputs now (the Python path does
     # it before the host call) launches the same TransData tasks before the op's own
     conv = plan.conv_outputs
-    ref_format = _prepare_formats(state, plan, args, inputs) if formatted or conv else None
+    ref_format = None
+    temporaries: list[tuple] = []
+    if formatted or conv:
+        _TEMPORARY_LOG[0] = temporaries
+        try:
+            ref_format = _prepare_formats(state, plan, args, inputs)
+        finally:
+            _TEMPORARY_LOG[0] = None
     for target, view in stale:
         resync(target, view, state, plan.name)
     for out in fresh:
@@ -290,7 +297,7 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
             if tags is False:
                 key = None
     planned = launch(state, plan, inputs, outputs, args)
-    if TRANSDATA_LAUNCHES[0] != conversions:
+    if TRANSDATA_LAUNCHES[0] != conversions or None in temporaries:
         key = None  # the next call may find its inputs converted: learn that one
     if key is not None and state.capture is None and state.npu.l2 is None:
         kernels = planned.kernels
@@ -304,6 +311,7 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
             compiled,
             compiled.epoch,
             tags,
+            tuple(temporaries),
         )
     return result
 
@@ -526,9 +534,13 @@ def _adopt_value(
 # ---- formats -----------------------------------------------------------------------------
 
 
-#: TransData launches so far, in one cell (a launch that converted an input is not learned:
-#: the next call with the same key may find it converted)
+#: TransData launches that re-laid a tensor's storage so far, in one cell (a launch that
+#: converted an input is not learned: the next call with the same key may find it converted)
 TRANSDATA_LAUNCHES = [0]
+#: while an op's finish converts its inputs (_finish_native): the list each temporary
+#: conversion's launch goes to, as a learned launch repeats it before the op's own ((cost,
+#: op type, name, record fields); None for one its learned key does not determine)
+_TEMPORARY_LOG: list[list[tuple | None] | None] = [None]
 
 
 def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True) -> None:
@@ -542,11 +554,17 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
     src, shape = current if current is not None else (formats.ND, tuple(t.shape))
     if src == dst:
         return
-    TRANSDATA_LAUNCHES[0] += 1
     cost = costmodel.transdata_cost(state.npu.spec, shape, dtype_name(t.dtype), src, dst)
     ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
     compile_kernel(state, "TransData", ins, outs)
     _submit(state, "TransData", "TransData", cost, ins, outs)
+    log = _TEMPORARY_LOG[0]
+    if retag or log is None:
+        TRANSDATA_LAUNCHES[0] += 1
+    else:  # the learned key holds the input's format and sizes: they decide this launch
+        known = shape == tuple(t.shape)
+        fields = _record_fields_of(ins, outs)
+        log.append((cost, "TransData", "TransData", fields) if known else None)
     if retag:
         set_storage_format(t, dst, shape)
         if dst != formats.ND:  # the padded layout takes more device memory

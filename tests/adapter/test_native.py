@@ -301,8 +301,10 @@ def test_private_formats_agree_on_both_paths() -> None:
 def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
     """An op on tensors held in a private format, making its outputs in it, is learned like
     any other, the inputs' formats in its key: run again, the compiled path launches it with
-    the same tasks, padded device memory and output formats as the Python path. An op whose
-    inputs needed a TransData is not learned (the next call may find them converted)."""
+    the same tasks, padded device memory and output formats as the Python path. An op that
+    reads its inputs through a temporary TransData (a reduction on NC1HWC0) is learned with
+    that TransData launched before its own kernel; one that converted an input for good is not
+    (the next call may find it converted)."""
     from msprof_py.adapter.tensors import storage_format
 
     _device_records(_formats_program, use_native=True)  # seen once: learned
@@ -313,10 +315,15 @@ def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
     )
     _same(python_value, native_value)
     assert native_records == python_records
-    # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z; not: the
-    # three reductions, whose inputs are converted to ND first, and the convolution, whose
-    # weight (a new module's) is converted to FRACTAL_Z first
-    assert (ran, learned[0]) == (9, 5)
+    # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z, and the three
+    # reductions, whose inputs are read through a temporary ND copy; not: the convolution,
+    # whose weight (a new module's) is converted to FRACTAL_Z for good first
+    assert (ran, learned[0]) == (9, 8)
+    tasks = [r for r in native_records if r[0] == "task"]
+    reductions = [i for i, r in enumerate(tasks) if "Reduce" in r[2]]
+    assert len(reductions) == 3
+    for index in reductions:  # each right after the TransData that feeds it
+        assert tasks[index - 1][2] == "TransData"
     shifted = _formats_program()[0]
     assert storage_format(shifted) == ("NC1HWC0", tuple(shifted.shape))
 
@@ -655,3 +662,22 @@ def test_a_plain_op_runs_without_python_once_its_launch_is_learned() -> None:
     # new shapes: Python finishes after the compiled host half, and learns
     _, python_frames, _ = _watched(lambda: wider * 3)
     assert "finish_call" in python_frames and "fallback" not in python_frames
+
+
+@needs_native
+def test_a_convolution_without_bias_and_a_reduction_on_nc1hwc0_run_without_python() -> None:
+    """A convolution without bias (torch boxes its absent ``Tensor?`` bias as an undefined
+    tensor, not None) and a mean over its NC1HWC0 output (read through a temporary ND copy)
+    run in the compiled kernel once learned, host half and launch (the TransData included)."""
+    conv = torch.nn.Conv2d(2, 4, 3, bias=False).to("npu")
+    x = _npu(1, 2, 5, 5)
+    with torch.no_grad():
+        for _ in range(2):  # seen by Python, then learned
+            conv(x).mean()
+        out, python_frames, counted = _watched(lambda: conv(x))
+        assert python_frames == []
+        assert counted[1:3] == (1, 1)  # launched, run directly
+        mean, python_frames, counted = _watched(lambda: out.mean())
+        assert python_frames == []
+        assert counted[1:3] == (1, 1)
+    assert torch.allclose(mean.cpu(), torch.conv2d(x.cpu(), conv.weight.cpu()).mean())

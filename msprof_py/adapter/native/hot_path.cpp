@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 12;
+constexpr int kAbiVersion = 13;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -114,6 +114,9 @@ struct FastLaunch {
   //: None, or for each fresh output, in order: None, or the private format it is made in as
   //: (``_npu_fmt`` value, padded device bytes, memory tag), as backend._tag_outputs makes it
   py::object formats;
+  //: ((cost, op_type, name, fields), ...): the kernels launched before the outputs' device
+  //: memory is held (the TransData of inputs read through a temporary copy in another layout)
+  py::tuple before;
 };
 
 //: learned launches by key (see fast_key); cleared when it holds kFastLimit
@@ -447,7 +450,9 @@ class Unwrapper {
     bool ok = true;
     switch (kind) {
       case Kind::kOptionalTensor:
-        if (value.isNone()) {
+        // torch boxes an absent optional tensor as None or, from C++ callers that pass an
+        // undefined tensor (conv2d's bias), as that undefined tensor: both mean None
+        if (value.isNone() || (value.isTensor() && !value.toTensor().defined())) {
           stack.emplace_back();
           break;
         }
@@ -980,6 +985,19 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
   // copies: a callback may run Python that meets another device
   const py::object hold = device.hold;
   const py::object launch = device.launch;
+  const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
+  PyObject* before = fast.before.ptr();
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(before); ++k) {
+    PyObject* kernel = PyTuple_GET_ITEM(before, k);
+    PyObject* cost = PyTuple_GET_ITEM(kernel, 0);
+    PyObject* op_type = PyTuple_GET_ITEM(kernel, 1);
+    PyObject* name = PyTuple_GET_ITEM(kernel, 2);
+    if (recording) {
+      call(launch, {stream.ptr(), cost, name, op_type, PyTuple_GET_ITEM(kernel, 3), attrs.ptr()});
+    } else {
+      call(launch, {stream.ptr(), cost, name, op_type});
+    }
+  }
   if (!host.storages.empty()) {
     const py::object stream_id = get(stream, s_stream_id);
     for (const auto& [storage, nbytes] : host.storages) {
@@ -997,7 +1015,6 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
     }
   }
   if (!fast.formats.is_none()) tag_formats(fast, device, stream, host);
-  const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
   PyObject* kernels = fast.kernels.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
     PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
@@ -1028,13 +1045,14 @@ bool launch_learned(const HostCall& call, py::handle state) {
 }
 
 // Teach the fast launch the launch of key ``key`` (from a found tuple): ``kernels`` ((cost,
-// op_type), ...), the task-record ``fields`` (or None), the op's ``name``, and the compile
-// cache and epoch it was made in.
+// op_type), ...), the task-record ``fields`` (or None), the op's ``name``, the compile cache
+// and epoch it was made in, the fresh outputs' ``formats`` (see FastLaunch) and the kernels
+// launched ``before`` their memory ((cost, op_type, name, fields), ...).
 void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
-           py::object compiled, int64_t epoch, py::object formats) {
+           py::object compiled, int64_t epoch, py::object formats, py::tuple before) {
   if (fast_launches.size() >= kFastLimit) fast_launches.clear();
   fast_launches[std::string(key)] = std::make_shared<const FastLaunch>(
-      FastLaunch{kernels, fields, name, compiled, epoch, formats});
+      FastLaunch{kernels, fields, name, compiled, epoch, formats, before});
 }
 
 // Forget every learned launch (what they do depends on a setting that changed:
