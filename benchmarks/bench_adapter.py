@@ -7,7 +7,9 @@ several repeats:
 2. whole training steps (forward, backward, optimizer step; ms per step) of the ResNet and
    transformer sample models and a small-op MLP, on CPU eager, on CPU under
    ``torch.profiler.profile(activities=[CPU], record_shapes=True, with_flops=True)`` (the
-   overhead people already accept when profiling: the bar to beat), and on npu.
+   overhead people already accept when profiling: the bar to beat), and on npu. CPU eager and
+   npu take turns, and the ratio is given both ways: best against best, and the median over
+   rounds of the two's times in one round (steadier where the machine's speed drifts).
 
 The npu runs compute every value on the CPU (numerics "cpu") and model the device timeline on
 top, so npu / CPU eager is the adapter's overhead. Ratios are the numbers to compare between
@@ -26,6 +28,7 @@ import contextlib
 import gc
 import importlib
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,11 +63,17 @@ def best_of(fn: Callable[[], None], repeats: int) -> float:
 
 
 def best_of_each(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
-    """Shortest wall time of ``repeats`` calls of each of ``fns`` (seconds), garbage
-    collection off, the functions taking turns: a shared VM's speed drifts over seconds, and
-    taking turns gives each the same stretch of it (one after the other, a ratio of two bests
-    moved by 20-40% between runs)."""
-    best = dict.fromkeys(fns, float("inf"))
+    """Shortest wall time of ``repeats`` calls of each of ``fns`` (seconds), the functions
+    taking turns (:func:`turns`)."""
+    return {name: min(times) for name, times in turns(fns, repeats).items()}
+
+
+def turns(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+    """Wall times (seconds) of ``repeats`` rounds in which each of ``fns`` is called once,
+    garbage collection off: a shared VM's speed drifts over seconds, and taking turns gives
+    each the same stretch of it (one after the other, a ratio of two bests moved by 20-40%
+    between runs); the times of one round compare with each other."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -72,11 +81,17 @@ def best_of_each(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, 
             for name, fn in fns.items():
                 t0 = time.perf_counter()
                 fn()
-                best[name] = min(best[name], time.perf_counter() - t0)
+                times[name].append(time.perf_counter() - t0)
     finally:
         if enabled:
             gc.enable()
-    return best
+    return times
+
+
+def median_ratio(times: dict[str, list[float]], name: str, base: str) -> float:
+    """The median over rounds of ``name``'s time over ``base``'s in the same round (what a
+    drift that spans a whole round leaves alone, unlike the ratio of two bests)."""
+    return statistics.median(a / b for a, b in zip(times[name], times[base], strict=True))
 
 
 # ---- 1. per-op dispatch overhead -----------------------------------------------------------
@@ -323,6 +338,8 @@ class StepTimes:
     simulated_ms: float
     #: the npu with every op on the pure-Python path (the compiled one turned off)
     python_path_ms: float
+    #: npu / CPU eager, the median over rounds of the two's times in one round
+    npu_ratio_median: float
 
 
 def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[], None]:
@@ -337,7 +354,7 @@ def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[],
 
 def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
     """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes: CPU
-    eager, npu and npu's Python path take turns (:func:`best_of_each`); torch.profiler's
+    eager, npu and npu's Python path take turns (:func:`turns`); torch.profiler's
     runs come after them, inside one profiling session."""
     cpu_step = workload.build("cpu")
     cpu_step()  # warm-up (also creates the optimizer state)
@@ -350,11 +367,11 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
         with python_path():
             npu_run()
 
-    best = best_of_each(
+    times = turns(
         {"cpu": _steps(cpu_step, steps, False), "npu": npu_run, "python": python_path_run},
         repeats,
     )
-    cpu_ms, npu_ms, python_path_ms = (best[k] / steps * 1e3 for k in ("cpu", "npu", "python"))
+    cpu_ms, npu_ms, python_path_ms = (min(times[k]) / steps * 1e3 for k in ("cpu", "npu", "python"))
 
     profiled_step = workload.build("cpu")
     profiled_step()
@@ -366,7 +383,14 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
     npu_step()
     end.record()
     end.synchronize()
-    return StepTimes(cpu_ms, profiled_ms, npu_ms, start.elapsed_time(end), python_path_ms)
+    return StepTimes(
+        cpu_ms,
+        profiled_ms,
+        npu_ms,
+        start.elapsed_time(end),
+        python_path_ms,
+        median_ratio(times, "npu", "cpu"),
+    )
 
 
 @contextlib.contextmanager
@@ -438,15 +462,16 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
-        "| profiler / eager | npu / eager | goal | npu, Python path / eager "
-        "| npu simulated step (ms) |"
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| profiler / eager | npu / eager | npu / eager, median of rounds | goal "
+        "| npu, Python path / eager | npu simulated step (ms) |"
+        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     for workload in WORKLOADS:
         t = measure(workload, args.steps, args.repeats)
         print(
             f"| {workload.name} | {t.cpu_ms:.2f} | {t.profiled_ms:.2f} | {t.npu_ms:.2f} "
             f"| {t.profiled_ms / t.cpu_ms:.2f} | {t.npu_ms / t.cpu_ms:.2f} "
+            f"| {t.npu_ratio_median:.2f} "
             f"| {'-' if workload.goal is None else f'<= {workload.goal}'} "
             f"| {t.python_path_ms / t.cpu_ms:.2f} | {t.simulated_ms:.3f} |"
         )
