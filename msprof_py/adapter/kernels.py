@@ -314,8 +314,6 @@ def register() -> None:
             impl.impl(name, backend.whole_op_kernel(op), "PrivateUse1")
 
     explicit = {
-        "empty.memory_format": empty_memory_format,
-        "empty_strided": empty_strided,
         "_efficientzerotensor": efficient_zero_tensor,
         "_copy_from": copy_from,
         "_copy_from_and_resize": copy_from_and_resize,
@@ -323,6 +321,13 @@ def register() -> None:
         "_local_scalar_dense": local_scalar_dense,
         "record_stream": record_stream,
     }
+    if backend.NATIVE is not None:
+        # made in compiled code in the plain case, by these kernels otherwise
+        backend.NATIVE.install_factories(empty_memory_format, empty_strided)
+    else:
+        explicit.update(
+            {"empty.memory_format": empty_memory_format, "empty_strided": empty_strided}
+        )
     for name, fn in explicit.items():
         impl.impl(name, fn, "PrivateUse1")
     # copies read conjugate and negative views themselves (host_view keeps the bits): torch's

@@ -681,3 +681,57 @@ def test_a_convolution_without_bias_and_a_reduction_on_nc1hwc0_run_without_pytho
         assert python_frames == []
         assert counted[1:3] == (1, 1)
     assert torch.allclose(mean.cpu(), torch.conv2d(x.cpu(), conv.weight.cpu()).mean())
+
+
+def _factories_program() -> list[torch.Tensor]:
+    """Factories of every kind the compiled path makes or hands back: default and explicit
+    dtypes, zero elements, a 0-d tensor, odd strides, channels-last (Python's), zeros."""
+    made = [
+        torch.empty(3, 4, device="npu"),
+        torch.empty(0, 5, device="npu", dtype=torch.int64),
+        torch.empty((), device="npu", dtype=torch.float16),
+        torch.empty_strided((2, 3), (1, 2), device="npu"),
+        torch.empty_strided((4, 2), (0, 1), device="npu", dtype=torch.bfloat16),
+        torch.empty(2, 3, 4, 5, device="npu", memory_format=torch.channels_last),
+    ]
+    return [torch.zeros(6, device="npu")] + [
+        torch.tensor([*t.shape, *t.stride(), t.untyped_storage().nbytes()]) for t in made
+    ]
+
+
+@needs_native
+def test_factories_are_made_without_python_as_on_the_python_path() -> None:
+    """``torch.empty`` and ``torch.empty_strided`` on npu are made by the compiled kernel:
+    the same sizes, strides, storage sizes and device-memory records as the Python kernels
+    make, with no Python frame; an out-of-memory request fails the same way on both."""
+    _device_records(_factories_program, use_native=False)  # the allocator's segments made
+    python_value, python_records, _ = _device_records(_factories_program, use_native=False)
+    native_value, native_records, _ = _device_records(_factories_program, use_native=True)
+    _same(python_value, native_value)
+    assert native_records == python_records
+    assert [r[4] for r in native_records if r[0] == "memory"][:2] == ["aten::empty"] * 2
+    adapter_frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    sys.setprofile(profile)
+    try:
+        torch.empty_strided((5, 2), (2, 1), device="npu")
+        torch.empty(7, device="npu")
+    finally:
+        sys.setprofile(None)
+    assert adapter_frames == []
+    errors = []
+    state = runtime.STATE
+    assert state is not None
+    for use_native in (False, True):
+        state.native = use_native
+        try:
+            with pytest.raises(torch.OutOfMemoryError) as caught:
+                torch.empty(2**40, device="npu")
+        finally:
+            state.native = True
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]

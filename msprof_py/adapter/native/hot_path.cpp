@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 13;
+constexpr int kAbiVersion = 14;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1430,6 +1430,114 @@ void npu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// ---- factories -----------------------------------------------------------------------------
+
+//: the Python kernels (msprof_py/adapter/kernels.py) of the factories npu_factory makes, by
+//: overload name ("memory_format" for aten::empty, "" for aten::empty_strided): they run
+//: every call outside the plain case
+std::unordered_map<std::string, py::object> python_factories;
+PyObject* empty_tag = nullptr;
+PyObject* empty_strided_tag = nullptr;
+
+// A new npu tensor for ``torch.empty`` (``empty.memory_format``, contiguous) or
+// ``torch.empty_strided``, made as tensors.new_tensor makes it: device memory held first under
+// the op's name (so a request the device cannot hold fails as an npu out-of-memory error
+// before host memory is touched), then the host tensor, adopted. False, with nothing done,
+// outside the plain case: no adapter state, a graph being captured, numerics "none" or the
+// Python path chosen, symbolic or negative sizes or strides, a memory format other than
+// contiguous.
+bool make_factory(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments,
+                  torch::jit::Stack* stack) {
+  if (!kernel_direct) return false;
+  const py::object state = get(runtime_module, s_state);
+  if (state.is_none() || !get(state, s_capture).is_none() || !truthy(get(state, s_native))) {
+    return false;
+  }
+  const bool strided = schema.overload_name().empty();
+  if (!arguments[0].isIntList() || (strided && !arguments[1].isIntList())) return false;
+  const std::vector<int64_t> sizes = arguments[0].toIntVector();
+  std::vector<int64_t> strides;
+  if (strided) {
+    strides = arguments[1].toIntVector();
+    if (strides.size() != sizes.size()) return false;
+  } else {
+    const c10::IValue& format = arguments[5];
+    if (!format.isNone() && format.toMemoryFormat() != c10::MemoryFormat::Contiguous &&
+        format.toMemoryFormat() != c10::MemoryFormat::Preserve) {
+      return false;
+    }
+    strides.resize(sizes.size());  // tensors._contiguous_strides
+    int64_t running = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      strides[i] = running;
+      running *= std::max<int64_t>(sizes[i], 1);
+    }
+  }
+  int64_t elements = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 0 || strides[i] < 0) return false;
+    elements += (sizes[i] - 1) * strides[i];
+  }
+  for (const int64_t n : sizes) {
+    if (n == 0) elements = 0;
+  }
+  const c10::IValue& dtype_value = arguments[strided ? 2 : 1];
+  const at::ScalarType dtype = dtype_value.isNone()
+                                   ? c10::typeMetaToScalarType(c10::get_default_dtype())
+                                   : dtype_value.toScalarType();
+  const DeviceObjects& device = objects_of(get(state, s_npu));
+  const py::object stream_id = get(get(state, s_stream), s_stream_id);
+  py::object held;
+  try {
+    const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
+    held = call(device.hold, {size.ptr(), stream_id.ptr(), strided ? empty_strided_tag : empty_tag});
+  } catch (py::error_already_set& error) {
+    if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
+    throw;
+  }
+  const at::Tensor host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
+  py::object storage;
+  at::Tensor out = adopt(host, storage);
+  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
+  torch::jit::push(stack, std::move(out));
+  return true;
+}
+
+// The PrivateUse1 kernel of the factories install_factories() registers: made here in the
+// plain case, else by their Python kernels.
+void npu_factory(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  const c10::FunctionSchema& schema = op.schema();
+  std::vector<c10::IValue> arguments = torch::jit::pop(*stack, schema.arguments().size());
+  try {
+    if (make_factory(schema, arguments, stack)) return;
+    const auto found = python_factories.find(schema.overload_name());
+    TORCH_CHECK(found != python_factories.end(), "the npu device is shut down: ",
+                op.operator_name(), " ran after exit");
+    auto [args, kwargs] = python_arguments(schema, arguments);
+    PyObject* out = PyObject_Call(found->second.ptr(), args.ptr(), kwargs.ptr());
+    if (out == nullptr) throw python_error();
+    push_python_result(op, stack, py::reinterpret_steal<py::object>(out));
+  } catch (py::error_already_set& error) {
+    error.restore();
+    throw python_error();
+  }
+}
+
+// Register npu_factory as the PrivateUse1 kernel of aten::empty.memory_format and
+// aten::empty_strided, whose Python kernels are ``empty`` and ``empty_strided``. Once per
+// process, after install_kernels().
+void install_factories(py::object empty, py::object empty_strided) {
+  TORCH_CHECK(runtime_module, "install_kernels() first");
+  TORCH_CHECK(python_factories.empty(), "the npu factories are installed already");
+  python_factories.emplace("memory_format", std::move(empty));
+  python_factories.emplace("", std::move(empty_strided));
+  auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                  __FILE__, __LINE__);
+  aten->impl("empty.memory_format", torch::CppFunction::makeFromBoxedFunction<&npu_factory>());
+  aten->impl("empty_strided", torch::CppFunction::makeFromBoxedFunction<&npu_factory>());
+}
+
 // Register npu_kernel as the PrivateUse1 backend fallback and as the PrivateUse1 kernel of
 // each op in ``whole_ops`` ("add.Tensor" ...: ops that run whole rather than decompose);
 // ``fallback`` and ``finish`` are backend.fallback and backend.finish_call, ``runtime`` the
@@ -1506,6 +1614,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       {&s_block_size, "block_size"}, {&s_address, "address"},
   };
   for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
+  empty_tag = PyUnicode_InternFromString("aten::empty");
+  empty_strided_tag = PyUnicode_InternFromString("aten::empty_strided");
   m.def("abi_version", [] { return kAbiVersion; }, "The contract version run() keeps.");
   m.def("init", &init, "Take the npu storage allocator from an npu tensor torch made.");
   m.def("register_npu_device", &register_npu_device,
@@ -1523,6 +1633,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     arg_texts.clear();
     python_fallback = py::object();
     python_finish = py::object();
+    python_factories.clear();
     runtime_module = py::object();
   }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
@@ -1535,6 +1646,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");
   m.def("set_fast", &set_fast, "Turn the fast launch on or off.");
   m.def("install_kernels", &install_kernels, "Register the boxed npu kernel (once).");
+  m.def("install_factories", &install_factories,
+        "Register the npu kernel of empty and empty_strided (once).");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
   m.def("counts",
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
