@@ -276,14 +276,10 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
     # a private format changes no host value: converting the inputs now (the Python path does
     # it before the host call) launches the same TransData tasks before the op's own
     conv = plan.conv_outputs
-    ref_format = None
-    temporaries: list[tuple] = []
-    if formatted or conv:
-        _TEMPORARY_LOG[0] = temporaries
-        try:
-            ref_format = _prepare_formats(state, plan, args, inputs)
-        finally:
-            _TEMPORARY_LOG[0] = None
+    temporaries: list[tuple | None] = []
+    ref_format = (
+        _prepare_formats(state, plan, args, inputs, temporaries) if formatted or conv else None
+    )
     for target, view in stale:
         resync(target, view, state, plan.name)
     for out in fresh:
@@ -534,21 +530,27 @@ def _adopt_value(
 # ---- formats -----------------------------------------------------------------------------
 
 
-#: TransData launches that re-laid a tensor's storage so far, in one cell (a launch that
-#: converted an input is not learned: the next call with the same key may find it converted)
+#: TransData launches so far, in one cell, but the temporary ones an op's finish logs (a
+#: launch that converted an input for good is not learned: the next call with the same key
+#: may find it converted)
 TRANSDATA_LAUNCHES = [0]
-#: while an op's finish converts its inputs (_finish_native): the list each temporary
-#: conversion's launch goes to, as a learned launch repeats it before the op's own ((cost,
-#: op type, name, record fields); None for one its learned key does not determine)
-_TEMPORARY_LOG: list[list[tuple | None] | None] = [None]
 
 
-def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True) -> None:
+def transdata(
+    state: AdapterState,
+    t: torch.Tensor,
+    dst: str,
+    retag: bool = True,
+    temporaries: list[tuple | None] | None = None,
+) -> None:
     """Launch a TransData re-laying ``t``'s storage into ``dst``.
 
     With ``retag`` the storage keeps the new format (a conversion in place, as for conv weights
     and optimizer states); without, the converted copy is a temporary for one consumer and the
-    tensor stays in its format, so the next consumer pays again (as on torch_npu).
+    tensor stays in its format, so the next consumer pays again (as on torch_npu). A temporary
+    one is appended to ``temporaries`` when given (an op's finish, which a learned launch
+    repeats: (cost, op type, name, record fields), or None when the learned key, which holds
+    the input's format and sizes but not a view's storage shape, does not determine it).
     """
     current = storage_format(t)
     src, shape = current if current is not None else (formats.ND, tuple(t.shape))
@@ -558,13 +560,12 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
     ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
     compile_kernel(state, "TransData", ins, outs)
     _submit(state, "TransData", "TransData", cost, ins, outs)
-    log = _TEMPORARY_LOG[0]
-    if retag or log is None:
+    if retag or temporaries is None:
         TRANSDATA_LAUNCHES[0] += 1
-    else:  # the learned key holds the input's format and sizes: they decide this launch
-        known = shape == tuple(t.shape)
-        fields = _record_fields_of(ins, outs)
-        log.append((cost, "TransData", "TransData", fields) if known else None)
+    elif shape == tuple(t.shape):
+        temporaries.append((cost, "TransData", "TransData", _record_fields_of(ins, outs)))
+    else:
+        temporaries.append(None)
     if retag:
         set_storage_format(t, dst, shape)
         if dst != formats.ND:  # the padded layout takes more device memory
@@ -573,9 +574,14 @@ def transdata(state: AdapterState, t: torch.Tensor, dst: str, retag: bool = True
 
 
 def _prepare_formats(
-    state: AdapterState, plan: OpPlan, args: tuple, npu_inputs: list[torch.Tensor]
+    state: AdapterState,
+    plan: OpPlan,
+    args: tuple,
+    npu_inputs: list[torch.Tensor],
+    temporaries: list[tuple | None] | None = None,
 ) -> str | None:
-    """Convert inputs to the formats the op's kernel needs; return the format it works in."""
+    """Convert inputs to the formats the op's kernel needs; return the format it works in
+    (``temporaries``: see :func:`transdata`)."""
     needs = plan.conv_inputs
     if needs and state.internal_format:
         for index, fmt in needs.items():
@@ -607,7 +613,7 @@ def _prepare_formats(
     for t in npu_inputs:
         fmt = storage_format(t)
         if fmt is not None and not (nz_ok and fmt[0] == formats.FRACTAL_NZ):
-            transdata(state, t, formats.ND, retag=False)
+            transdata(state, t, formats.ND, retag=False, temporaries=temporaries)
     return None
 
 

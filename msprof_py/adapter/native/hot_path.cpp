@@ -962,8 +962,21 @@ void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::
   }
 }
 
-// Do learned launch ``fast`` for this call: device memory for each fresh output, then each
-// kernel, as backend._finish_native does. False, with nothing done, when the state is outside
+// Launch one learned kernel on ``stream``: with its task-record ``fields`` and ``attrs`` while
+// recording (as backend._submit does), else without.
+void launch_kernel(const py::object& launch, const py::object& stream, PyObject* cost,
+                   PyObject* name, PyObject* op_type, bool recording, PyObject* fields,
+                   const py::object& attrs) {
+  if (recording) {
+    call(launch, {stream.ptr(), cost, name, op_type, fields, attrs.ptr()});
+  } else {
+    call(launch, {stream.ptr(), cost, name, op_type});
+  }
+}
+
+// Do learned launch ``fast`` for this call: the kernels before the outputs' memory (temporary
+// TransData), device memory for each fresh output, then each kernel, as
+// backend._finish_native does. False, with nothing done, when the state is outside
 // what was learned.
 bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host) {
   if (!get(state, s_capture).is_none()) return false;
@@ -989,14 +1002,8 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
   PyObject* before = fast.before.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(before); ++k) {
     PyObject* kernel = PyTuple_GET_ITEM(before, k);
-    PyObject* cost = PyTuple_GET_ITEM(kernel, 0);
-    PyObject* op_type = PyTuple_GET_ITEM(kernel, 1);
-    PyObject* name = PyTuple_GET_ITEM(kernel, 2);
-    if (recording) {
-      call(launch, {stream.ptr(), cost, name, op_type, PyTuple_GET_ITEM(kernel, 3), attrs.ptr()});
-    } else {
-      call(launch, {stream.ptr(), cost, name, op_type});
-    }
+    launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), PyTuple_GET_ITEM(kernel, 2),
+                  PyTuple_GET_ITEM(kernel, 1), recording, PyTuple_GET_ITEM(kernel, 3), attrs);
   }
   if (!host.storages.empty()) {
     const py::object stream_id = get(stream, s_stream_id);
@@ -1018,13 +1025,8 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
   PyObject* kernels = fast.kernels.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
     PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
-    PyObject* cost = PyTuple_GET_ITEM(kernel, 0);
-    PyObject* op_type = PyTuple_GET_ITEM(kernel, 1);
-    if (recording) {
-      call(launch, {stream.ptr(), cost, fast.name.ptr(), op_type, fast.fields.ptr(), attrs.ptr()});
-    } else {
-      call(launch, {stream.ptr(), cost, fast.name.ptr(), op_type});
-    }
+    launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), fast.name.ptr(),
+                  PyTuple_GET_ITEM(kernel, 1), recording, fast.fields.ptr(), attrs);
   }
   return true;
 }
@@ -1473,14 +1475,14 @@ bool make_factory(const c10::FunctionSchema& schema, const std::vector<c10::IVal
       running *= std::max<int64_t>(sizes[i], 1);
     }
   }
-  int64_t elements = 1;
+  int64_t elements = 1;  // what the storage spans: tensors.new_tensor's count
+  bool none = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] < 0 || strides[i] < 0) return false;
+    none = none || sizes[i] == 0;
     elements += (sizes[i] - 1) * strides[i];
   }
-  for (const int64_t n : sizes) {
-    if (n == 0) elements = 0;
-  }
+  if (none) elements = 0;
   const c10::IValue& dtype_value = arguments[strided ? 2 : 1];
   const at::ScalarType dtype = dtype_value.isNone()
                                    ? c10::typeMetaToScalarType(c10::get_default_dtype())
