@@ -19,6 +19,7 @@ import torch
 
 from msprof_py.adapter import (
     fast_numerics,
+    foreach,
     formats,
     host_fallback,
     l2_reuse,
@@ -92,6 +93,8 @@ class OpPlan:
     conv_outputs: Sequence[str] = ()
     #: the op's ``groups`` argument (index 8) enters its cost
     has_groups: bool = False
+    #: a multi-tensor (``_foreach_*``) op: formats per list index, one kernel per chunk
+    foreach: bool = False
     #: no NPU kernel exists: the op runs on the host between copies (:mod:`host_fallback`)
     host_only: bool = False
     #: with numerics "fast", computed widened to float32 (:mod:`fast_numerics`)
@@ -162,6 +165,7 @@ def _make_plan(op: torch._ops.OpOverload) -> OpPlan:
         conv_inputs=formats.conv_input_formats(base, len(schema.arguments)),
         conv_outputs=formats.conv_output_formats(base),
         has_groups=base in _GROUPED,
+        foreach=foreach.is_foreach(base),
         host_only=host_only,
         widened=fast_numerics.upcasts(base, bool(writes)),
         attr_slots=attribute_slots(schema),
@@ -579,9 +583,9 @@ def _prepare_formats(
     args: tuple,
     npu_inputs: list[torch.Tensor],
     temporaries: list[tuple | None] | None = None,
-) -> str | None:
+) -> str | tuple[str | None, ...] | None:
     """Convert inputs to the formats the op's kernel needs; return the format it works in
-    (``temporaries``: see :func:`transdata`)."""
+    (for a foreach op, one per list index; ``temporaries``: see :func:`transdata`)."""
     needs = plan.conv_inputs
     if needs and state.internal_format:
         for index, fmt in needs.items():
@@ -593,22 +597,14 @@ def _prepare_formats(
             ):
                 transdata(state, t, fmt)
         return None
+    if plan.foreach:  # each list index is an elementwise op of its own
+        lists = foreach.tensor_lists(args)
+        refs = tuple(
+            [_agnostic_formats(state, [items[i] for items in lists]) for i in range(len(lists[0]))]
+        )
+        return refs if any(ref is not None for ref in refs) else None
     if plan.agnostic:
-        ref = None
-        for t in npu_inputs:
-            fmt = storage_format(t)
-            if fmt is not None and fmt[1] == tuple(t.shape):
-                ref = fmt[0]
-                break
-        if ref is None:
-            return None
-        for t in npu_inputs:
-            fmt = storage_format(t)
-            if fmt is None and formats.private_allowed(t) and t.is_contiguous():
-                transdata(state, t, ref)
-            elif fmt is not None and fmt[1] != tuple(t.shape):
-                transdata(state, t, formats.ND)
-        return ref
+        return _agnostic_formats(state, npu_inputs)
     nz_ok = plan.nz_ok
     for t in npu_inputs:
         fmt = storage_format(t)
@@ -617,14 +613,45 @@ def _prepare_formats(
     return None
 
 
+def _agnostic_formats(state: AdapterState, npu_inputs: Sequence[torch.Tensor]) -> str | None:
+    """Inputs of an op that runs in any format: the format of the first one held in a
+    private format (None if none is), the plain ones converted to it for good, views of a
+    private-format storage converted to ND."""
+    ref = None
+    for t in npu_inputs:
+        fmt = storage_format(t)
+        if fmt is not None and fmt[1] == tuple(t.shape):
+            ref = fmt[0]
+            break
+    if ref is None:
+        return None
+    for t in npu_inputs:
+        fmt = storage_format(t)
+        if fmt is None and formats.private_allowed(t) and t.is_contiguous():
+            transdata(state, t, ref)
+        elif fmt is not None and fmt[1] != tuple(t.shape):
+            transdata(state, t, formats.ND)
+    return ref
+
+
 def _tag_outputs(
-    state: AdapterState, plan: OpPlan, outputs: list[torch.Tensor | None], ref: str | None
+    state: AdapterState,
+    plan: OpPlan,
+    outputs: list[torch.Tensor | None],
+    ref: str | tuple[str | None, ...] | None,
 ) -> None:
+    """Give fresh outputs the format the op works in (``ref``: one, or one per output of a
+    foreach op; a convolution's own)."""
     base = plan.base
     conv = plan.conv_outputs
     if conv and not state.internal_format:
         return  # allow_internal_format=False: convolutions produce ND
-    tags = conv if conv else [ref] * len(outputs) if ref is not None else ()
+    if conv:
+        tags: Sequence[str | None] = conv
+    elif isinstance(ref, tuple):
+        tags = ref if len(ref) == len(outputs) else ()
+    else:
+        tags = [ref] * len(outputs) if ref is not None else ()
     for out, fmt in zip(outputs, tags, strict=False):
         if out is None or fmt is None or fmt == formats.ND or not formats.private_allowed(out):
             continue
@@ -676,14 +703,17 @@ def _info(key: tuple[torch.Size, torch.dtype, str]) -> TensorInfo:
 def _plan_kernels(
     state: AdapterState,
     plan: OpPlan,
-    groups: int,
+    shape_args: tuple[int, int],
     cache_key: tuple,
     in_keys: tuple,
     out_keys: tuple,
 ) -> _Planned:
+    """Plan and cache the kernels of one launch (``shape_args``: the convolution's groups and
+    a foreach op's tensors per list)."""
     in_info = [_info(k) for k in in_keys]
     out_info = [None if k is None else _info(k) for k in out_keys]
-    kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups))
+    groups, per_list = shape_args
+    kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups, per_list))
     present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
     if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
         _KERNEL_CACHE.clear()
@@ -707,12 +737,13 @@ def launch(
     the entry's own set of attribute tuples answers (a small tuple's hash, not the whole key's).
     """
     groups = int(args[8]) if plan.has_groups and len(args) > 8 else 1
+    per_list = foreach.count(args) if plan.foreach else 0
     in_keys = tuple([_key(t) for t in inputs])
     out_keys = tuple([None if o is None else _key(o) for o in outputs])
-    cache_key = (plan.base, groups, in_keys, out_keys)
+    cache_key = (plan.base, groups, per_list, in_keys, out_keys)
     planned = _KERNEL_CACHE.get(cache_key)
     if planned is None:
-        planned = _plan_kernels(state, plan, groups, cache_key, in_keys, out_keys)
+        planned = _plan_kernels(state, plan, (groups, per_list), cache_key, in_keys, out_keys)
     kernels = planned.kernels
     if not kernels:
         return planned

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import backend, copies, formats, runtime, shapes_only
+from msprof_py.adapter import backend, copies, foreach, formats, runtime, shapes_only
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.tensors import (
     hold_device_bytes,
@@ -330,6 +330,8 @@ def register() -> None:
         )
     for name, fn in explicit.items():
         impl.impl(name, fn, "PrivateUse1")
+    # multi-tensor ops: torch_npu's multi-tensor kernels where its fast route holds
+    foreach.register(impl, backend.fallback, backend.NATIVE)
     # copies read conjugate and negative views themselves (host_view keeps the bits): torch's
     # fallback for those bits would materialise the source with clone, which copies with
     # _copy_from again, without end

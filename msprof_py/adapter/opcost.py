@@ -377,12 +377,17 @@ def op_tasks(
     inputs: Sequence[TensorInfo],
     outputs: Sequence[TensorInfo | None],
     groups: int = 1,
+    per_list: int = 0,
 ) -> list[PlannedKernel]:
     """The kernels ATen op ``base`` launches for these inputs and outputs.
 
     A cube op in bf16 on a chip without a bf16 cube raises :class:`UnsupportedDtypeError`, as
-    torch_npu does on a 910A, instead of falling back to the AI CPU.
+    torch_npu does on a 910A, instead of falling back to the AI CPU. A multi-tensor op on its
+    fast route (``per_list``: tensors per list, see :mod:`msprof_py.adapter.foreach`) launches
+    one kernel per chunk of its lists.
     """
+    if per_list:
+        return _foreach(spec, base, inputs, outputs, per_list)
     _check_cube_dtype(spec, base, inputs)
     if base in ("convolution_overrideable", "convolution"):
         return _conv(spec, inputs, [o for o in outputs if o is not None], groups)
@@ -417,11 +422,53 @@ def op_tasks(
     return [PlannedKernel(op_type_of(base), cost)]
 
 
-#: SoC versions of the A2/A3 generation (910B, 910_93): split cube (AIC) and vector (AIV)
-#: cores, MIX kernels and the fused FlashAttention kernels
-_A2_SOCS = ("Ascend910B", "Ascend910_93")
+#: tensors per multi-tensor kernel by (tensor lists the op reads, in place): the split sizes
+#: of torch_npu's op-plugin (``_split_and_exec_npu_cmd_*``)
+_FOREACH_CHUNK = {(1, True): 48, (1, False): 24, (2, True): 24, (2, False): 16}
+_FOREACH_CHUNK_MORE_LISTS = {True: 16, False: 12}
+
+
+def foreach_chunks(count: int, lists: int, inplace: bool) -> list[range]:
+    """The list indices each kernel of a ``count``-tensor foreach op covers, in launch order
+    (``lists``: the tensor lists it reads)."""
+    size = _FOREACH_CHUNK.get((lists, inplace)) or _FOREACH_CHUNK_MORE_LISTS[inplace]
+    return [range(start, min(count, start + size)) for start in range(0, count, size)]
+
+
+def _foreach(
+    spec: DeviceSpec,
+    base: str,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo | None],
+    count: int,
+) -> list[PlannedKernel]:
+    """The multi-tensor kernels of foreach op ``base`` over lists of ``count`` tensors:
+    ``inputs`` are the lists' tensors list after list (then any scalar tensor), ``outputs``
+    one per index (none for an in-place op, which writes its first list)."""
+    lists = max(1, len(inputs) // count)
+    inplace = base.endswith("_")
+    op_type = op_type_of(base)
+    ops = VECTOR_OPS_PER_ELEMENT.get(functional_name(base), 1)
+    dtype = inputs[0].dtype_name if inputs else "float32"
+    per_index = len(outputs) == count
+    kernels = []
+    for indices in foreach_chunks(count, lists, inplace):
+        read = [inputs[k * count + i] for k in range(lists) for i in indices]
+        if per_index:
+            written = [o for o in (outputs[i] for i in indices) if o is not None]
+        else:
+            written = [inputs[i] for i in indices] if inplace else []
+        cost = costmodel.vector_cost(
+            spec,
+            elements=sum(inputs[i].numel for i in indices),
+            dtype=dtype,
+            bytes_moved=sum(t.nbytes for t in read) + sum(t.nbytes for t in written),
+            ops_per_element=ops,
+        )
+        kernels.append(PlannedKernel(op_type, cost))
+    return kernels
 
 
 def is_a2_class(spec: DeviceSpec) -> bool:
     """True for an A2/A3-class device (Ascend910B*, Ascend910_93), from its ``soc_version``."""
-    return spec.soc_version.startswith(_A2_SOCS)
+    return spec.a2_class

@@ -2,10 +2,11 @@
 
 torch records each ``optimizer.step()`` as a ``Optimizer.step#<Class>.step`` range. An
 optimizer running per parameter (``foreach=False``) issues several small ops for every
-parameter; a fused one (``_fused_*``) one. A multi-tensor one (``_foreach_*``) is only told
-apart by the mode the session stored in ``meta.json`` (``optimizers``): on the npu device
-each ``_foreach_*`` op runs as PyTorch's per-tensor fallback, so its recorded (leaf) ops are
-per-tensor ops.
+parameter; a fused one (``_fused_*``) one. A multi-tensor one (``_foreach_*``) records its
+``_foreach_*`` ops where they ran as multi-tensor kernels (an A2-class chip, tensors of one
+dtype ...: torch_npu's fast route); where they took PyTorch's per-tensor route its recorded
+(leaf) ops are per-tensor ops, told apart from a per-parameter step only by the mode the
+session stored in ``meta.json`` (``optimizers``).
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ def step_ops(data: RankData) -> tuple[pd.DataFrame, str]:
 
 def summary(data: RankData) -> dict[str, Any]:
     """Optimizer class, its mode (``fused`` | ``foreach`` | ``per-parameter`` | ``unknown``:
-    a profile without the recorded mode), ops, kernels, device and host time per step."""
+    a profile without the recorded mode), whether ``_foreach_*`` ops ran as multi-tensor
+    kernels, ops, kernels, device and host time per step."""
     ops, cls = step_ops(data)
     n = data.n_steps
     names = ops["name"].astype(object).astype(str)
     fused = bool(np.any([names.str.contains(m, regex=False).any() for m in FUSED_NAMES]))
-    if names.str.contains("_foreach_", regex=False).any():
+    multi_tensor = bool(names.str.contains("_foreach_", regex=False).any())
+    if multi_tensor:
         recorded = "foreach"
     else:
         recorded = (data.meta.get("optimizers") or {}).get(cls, {}).get("mode", "unknown")
@@ -65,6 +68,7 @@ def summary(data: RankData) -> dict[str, Any]:
         "optimizer": cls,
         "found": bool(cls),
         "mode": "fused" if fused or cls.startswith("NpuFused") else recorded,
+        "multi_tensor": multi_tensor,
         "ops_per_step": len(ops) / n,
         "kernels_per_step": float(ops["kernels"].sum()) / n,
         "device_ns_per_step": float(ops["device_ns"].sum()) / n,

@@ -6,6 +6,7 @@ it raises :class:`Skip` naming the data it lacks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -249,17 +250,22 @@ def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
     n = data.n_steps
     sched = data.spec.dispatch.device_sched_ns
     params = (data.meta.get("optimizers") or {}).get(s["optimizer"], {}).get("params", 0)
-    kept = 1 + fix.get("kernels_per_param", 0) * int(params or 0)  # kernels (and ops) left
-    device_saved = max(0.0, s["kernels_per_step"] - kept) * sched
+    kept_kernels, kept_ops = _kept_by_fused(data, fix, int(params or 0))
+    device_saved = max(0.0, s["kernels_per_step"] - kept_kernels) * sched
     ops = max(1.0, s["ops_per_step"])
-    host_saved = s["host_ns_per_step"] * max(0.0, 1 - kept / ops)
+    host_saved = s["host_ns_per_step"] * max(0.0, 1 - kept_ops / ops)
     gain_ns, overlap = _serial_gain(data, host_saved, device_saved)
     cls = s["optimizer"]
     kwargs = ", ".join(f"{k}={v!r}" for k, v in fix["kwargs"].items())
-    mode_text = {
-        "foreach": "foreach, which on this device runs one kernel per tensor",
-        "per-parameter": "per parameter",
-    }.get(s["mode"], "foreach or per parameter")
+    if s["mode"] == "foreach":
+        mode_text = (
+            "foreach, as multi-tensor kernels"
+            if s["multi_tensor"]
+            else "foreach, whose ops ran per tensor here (no multi-tensor kernels for these "
+            "tensors on this chip)"
+        )
+    else:
+        mode_text = "per parameter" if s["mode"] == "per-parameter" else "foreach or per parameter"
     values = {
         "optimizer": cls,
         "mode_text": mode_text,
@@ -286,6 +292,23 @@ def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
     }
     share = data.share(max(s["device_ns_per_step"], s["host_ns_per_step"]) * n)
     return spec.fire(values, share, us(gain_ns), data.rank, evidence)
+
+
+#: tensors per multi-tensor kernel of an in-place foreach op over one list (torch_npu's
+#: op-plugin split size; :mod:`msprof_py.adapter.opcost` plans the same kernels)
+FOREACH_ONE_LIST_CHUNK = 48
+
+
+def _kept_by_fused(data: RankData, fix: dict[str, Any], params: int) -> tuple[int, int]:
+    """Kernels and ops per step a fused step of ``params`` parameters leaves: its own one,
+    and with ``step_counters`` the in-place foreach add torch's fused Adam keeps for its
+    step counters: one multi-tensor kernel per 48 parameters on an A2-class chip, one
+    per-tensor op and kernel each on older chips."""
+    if not fix.get("step_counters") or params == 0:
+        return 1, 1
+    if data.spec.a2_class:
+        return 1 + math.ceil(params / FOREACH_ONE_LIST_CHUNK), 2
+    return 1 + params, 1 + params
 
 
 def _serial_gain(data: RankData, host_saved: float, device_saved: float) -> tuple[float, float]:

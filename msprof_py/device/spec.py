@@ -206,6 +206,10 @@ class CompileSpec:
     tiling_ns: int = 0
 
 
+#: SoC versions of the A2/A3 generation (910B, 910_93)
+A2_SOCS = ("Ascend910B", "Ascend910_93")
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """A complete, validated simulated-NPU description. Load with :meth:`load`."""
@@ -232,6 +236,13 @@ class DeviceSpec:
     #: the TOML tables the spec was built from (``base`` merged in): :meth:`from_mapping` of
     #: it gives this spec back; profiles carry it, so they never name a file to read.
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def a2_class(self) -> bool:
+        """An A2/A3-class device (Ascend910B*, Ascend910_93): split cube (AIC) and vector (AIV)
+        cores, MIX kernels, the fused FlashAttention kernels and the multi-tensor (foreach)
+        kernels."""
+        return self.soc_version.startswith(A2_SOCS)
 
     # ---- loading -----------------------------------------------------------------------------
 

@@ -184,7 +184,7 @@ def test_a_shapes_only_amp_training_run_is_the_same_with_and_without_the_cache()
         assert result.returncode == 0, result.stderr[-4000:]
         runs[mode] = json.loads(result.stdout.strip().splitlines()[-1])
     on, off = runs["on"], runs["off"]
-    assert on["hits"] > 100 and off["hits"] == 0
+    assert on["hits"] > 50 and off["hits"] == 0
     assert len(on["tasks"]) > 150
     assert on["tasks"] == off["tasks"]
     assert on["memory"] == off["memory"]

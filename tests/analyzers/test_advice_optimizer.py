@@ -34,7 +34,7 @@ def check(p: Profile):
 def test_foreach_in_use_is_recognised_and_fused_is_named() -> None:
     f = check(profile(mode="foreach"))
     assert f.status == FIRED
-    assert "foreach, which on this device runs one kernel per tensor" in f.message
+    assert "foreach, whose ops ran per tensor here" in f.message
     assert "torch.optim.SGD(..., fused=True)" in f.advice and "NpuFusedSGD" in f.advice
     assert "foreach=True" not in f.advice
     assert f.evidence["apply"] == {"optimizer": "SGD", "kwargs": {"fused": True}}
@@ -91,3 +91,34 @@ def test_no_fused_variant_no_advice() -> None:
     off here: nothing to recommend."""
     f = check(profile("Adadelta", mode="per-parameter"))
     assert f.status == OK and f.evidence["fused_variant"] is False
+
+
+def test_a_foreach_step_of_multi_tensor_kernels_is_recognised_and_ok_when_few() -> None:
+    """Recorded ``_foreach_*`` ops (torch_npu's multi-tensor kernels): foreach, from the
+    profile itself; four kernels a step are too few to fuse."""
+    b = Builder().step(0, 0, STEP)
+    b.event("annotation", "Optimizer.step#SGD.step", 0, 4 * 5_000)
+    ops = [("aten::_foreach_add_", "10;11;12", "10", {}) for _ in range(4)]
+    chain(b, 0, ops, kernel_ns=2_000, host_ns=5_000)
+    f = check(b.build())
+    assert f.status == OK
+    assert f.evidence["mode"] == "foreach" and f.evidence["multi_tensor"] is True
+    assert f.evidence["kernels_per_step"] == 4
+
+
+@pytest.mark.parametrize(
+    ("device", "kept"), [("ascend910b", (1 + 3, 2)), ("ascend910a", (101, 101))]
+)
+def test_fused_adam_keeps_its_step_counters_kernels_by_chip(
+    device: str, kept: tuple[int, int]
+) -> None:
+    """A fused Adam step keeps torch's in-place ``_foreach_add_`` on 100 step counters: on the
+    910B one op of ceil(100 / 48) = 3 multi-tensor kernels, on the 910A one op and one kernel
+    per counter; fused SGD keeps nothing."""
+    from msprof_py.analyzers import rules_compute
+    from msprof_py.analyzers.findings import rule_specs
+
+    data = context.prepare(Builder(device=device).step(0, 0, STEP).build(), 0, warmup=0)
+    fused = rule_specs()["fused_optimizer"].extra["fused"]
+    assert rules_compute._kept_by_fused(data, fused["Adam"], 100) == kept
+    assert rules_compute._kept_by_fused(data, fused["SGD"], 100) == (1, 1)

@@ -288,8 +288,13 @@ def test_torchrun_records_every_rank_and_analysis_finds_the_straggler(tmp_path: 
     analysis = msprof_py.analyze(run)
     table = analysis.communication["ranks"].set_index("rank")
     assert table.loc[0, "wait_ns"] > 0 and table.loc[1, "wait_ns"] == 0
-    # synchronous data parallel: both ranks' steps take the straggler's time (within 2%)
-    assert table["mean_step_ns"].max() / table["mean_step_ns"].min() < 1.02
+    # synchronous data parallel: both ranks' steps take the straggler's time (within 2%) once
+    # the fast rank's host, which runs ahead until it first waits for its device, has settled
+    # (steps are cut on the host): the last step of each rank
+    steps = profile.steps[profile.steps["source"] == "optimizer"]
+    last = [steps[steps["rank"] == r].iloc[-1] for r in (0, 1)]
+    durations = [row["end_ns"] - row["start_ns"] for row in last]
+    assert max(durations) / min(durations) < 1.02
     finding = analysis.finding("slow_rank")
     assert finding.status == "fired" and finding.rank == 1
     assert analysis.communication["slow_rank"]["cause"] == "compute"

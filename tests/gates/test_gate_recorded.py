@@ -221,9 +221,9 @@ def test_diff_and_gate_refuse_incomparable_profiles_unless_forced(
     assert "--force" in result.output
     forced = diff_figures(figures_of("resnet_a"), figures_of("other_device"), force=True)
     assert "different device presets" in forced.warnings[0]
-    # different step counts: all three steps analysed against two
+    # different step counts: all three steps analysed (the first, an outlier, kept) against two
     with pytest.raises(NotComparable, match="different step counts"):
-        diff(analyze(runs["resnet_a"], warmup=0), analyze(runs["resnet_b"]))
+        diff(analyze(runs["resnet_a"], warmup=0, keep_outliers=True), analyze(runs["resnet_b"]))
     budget = load_budget(relative)
     with pytest.raises(GateUsageError, match="the baseline is not comparable"):
         gate_figures(figures_of("resnet_a"), budget, figures_of("other_device"))

@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 14;
+constexpr int kAbiVersion = 15;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1561,6 +1561,118 @@ void install_kernels(py::object fallback, py::object finish, py::object runtime,
   }
 }
 
+// ---- multi-tensor (foreach) ops --------------------------------------------------------------
+
+PyObject* s_spec = nullptr;
+PyObject* s_a2_class = nullptr;
+
+// Whether a scalar argument beside tensors of the call's dtype would change it (a complex
+// number; a float beside integer tensors).
+bool foreach_promotes(const c10::IValue& value, bool floating) {
+  if (value.isComplexDouble()) return true;
+  return value.isDouble() && !floating;
+}
+
+// Whether torch_npu runs a foreach call with ``arguments`` as multi-tensor kernels: the
+// fast_route() of msprof_py/adapter/foreach.py, which the Python path runs (tests hold the
+// two together): an A2-class chip, tensor lists of one length and of one float dtype on the
+// npu, each tensor dense, the tensors at each index of the same sizes and strides, a scalar
+// tensor one npu value of the dtype, no scalar that would promote the dtype.
+bool foreach_fast_route(c10::ArrayRef<c10::IValue> arguments) {
+  const py::object state = get(runtime_module, s_state);
+  if (state.is_none() || !truthy(get(get(get(state, s_npu), s_spec), s_a2_class))) return false;
+  std::vector<c10::List<at::Tensor>> lists;
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensorList()) {
+      c10::List<at::Tensor> items = value.toTensorList();
+      if (!items.empty()) lists.push_back(std::move(items));
+    }
+  }
+  if (lists.empty()) return false;
+  const at::Tensor head = lists[0].get(0);
+  const at::ScalarType dtype = head.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) return false;
+  const size_t n = lists[0].size();
+  for (const auto& items : lists) {
+    if (items.size() != n) return false;
+  }
+  const auto on_npu = [](const at::Tensor& t) {
+    return t.device().type() == c10::DeviceType::PrivateUse1;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const at::Tensor t = lists[0].get(i);
+    if (t.scalar_type() != dtype || !on_npu(t) || !t.is_non_overlapping_and_dense()) return false;
+    for (size_t k = 1; k < lists.size(); ++k) {
+      const at::Tensor u = lists[k].get(i);
+      if (u.scalar_type() != dtype || !on_npu(u) || u.sizes() != t.sizes() ||
+          u.strides() != t.strides()) {
+        return false;
+      }
+    }
+  }
+  const bool floating = at::isFloatingType(dtype);
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      if (t.scalar_type() != dtype || t.numel() != 1 || !on_npu(t)) return false;
+    } else if (value.isList()) {
+      for (const c10::IValue& item : value.toListRef()) {
+        if (foreach_promotes(item, floating)) return false;
+      }
+    } else if (value.isDoubleList()) {
+      if (!floating && !value.toDoubleVector().empty()) return false;
+    } else if (value.isComplexDoubleList()) {
+      if (!value.toComplexDoubleVector().empty()) return false;
+    } else if (foreach_promotes(value, floating)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The PrivateUse1 kernel of the foreach ops install_foreach() registers it for: on the fast
+// route npu_kernel runs the whole op (one host op, its multi-tensor kernels); otherwise the
+// op's CompositeExplicitAutograd kernel, PyTorch's per-tensor loop.
+void npu_foreach_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  bool fast = false;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      fast = foreach_fast_route(torch::jit::last(*stack, op.schema().arguments().size()));
+    } catch (py::error_already_set& error) {
+      error.restore();
+      throw python_error();
+    }
+  }
+  if (fast) {
+    npu_kernel(op, stack);
+    return;
+  }
+  c10::Dispatcher::singleton().callBoxedForDispatchKey(
+      op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+}
+
+// Register npu_foreach_kernel as the PrivateUse1 kernel of each op in ``names``
+// ("_foreach_add_.List" ...). Once per process, after install_kernels().
+void install_foreach(const std::vector<std::string>& names) {
+  TORCH_CHECK(runtime_module, "install_kernels() first");
+  auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                  __FILE__, __LINE__);
+  for (const auto& name : names) {
+    aten->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&npu_foreach_kernel>());
+  }
+}
+
+// Whether foreach op ``name``.``overload`` called with ``args`` and ``kwargs`` takes the fast
+// route (for tests: foreach.fast_route() must say the same).
+bool foreach_route(const std::string& name, const std::string& overload, py::tuple args,
+                   py::dict kwargs) {
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  auto stack = torch::jit::createStackForSchema(
+      handle.schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
+  return foreach_fast_route(stack);
+}
+
 // Let npu_kernel run plain ops itself, or send every op to Python's path.
 void set_direct(bool enabled) { kernel_direct = enabled; }
 
@@ -1614,6 +1726,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       {&s_instance_path, "instance_path"}, {&s_op_begin, "op_begin"}, {&s_op_end, "op_end"},
       {&s_op_close, "op_close"}, {&no_stack, ""},
       {&s_block_size, "block_size"}, {&s_address, "address"},
+      {&s_spec, "spec"}, {&s_a2_class, "a2_class"},
   };
   for (const auto& [slot, text] : names) *slot = PyUnicode_InternFromString(text);
   empty_tag = PyUnicode_InternFromString("aten::empty");
@@ -1648,6 +1761,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");
   m.def("set_fast", &set_fast, "Turn the fast launch on or off.");
   m.def("install_kernels", &install_kernels, "Register the boxed npu kernel (once).");
+  m.def("install_foreach", &install_foreach,
+        "Register the foreach kernel (fast route or per tensor) for these ops (once).");
+  m.def("foreach_route", &foreach_route, "Whether a foreach call takes the fast route.");
   m.def("install_factories", &install_factories,
         "Register the npu kernel of empty and empty_strided (once).");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");

@@ -38,14 +38,13 @@ from msprof_py.graph.passes.plan import Plan
 FLASH_ATTENTION = "FlashAttentionFusionPass"
 FLASH_ATTENTION_GRAD = "FlashAttentionGradFusionPass"
 
-_A2_SOCS = ("Ascend910B", "Ascend910_93")
 _DTYPES = frozenset({"float16", "bfloat16"})
 _BMM = frozenset({"bmm", "matmul"})
 
 
 def flash_attention_support(spec: DeviceSpec, dtype: str) -> str:
     """Why the chip cannot run ``FlashAttentionScore`` in ``dtype`` ("" when it can)."""
-    if not spec.soc_version.startswith(_A2_SOCS):
+    if not spec.a2_class:
         return (
             "FlashAttentionScore needs an Atlas A2/A3 chip (Ascend910B, Ascend910_93); "
             f"this is {spec.soc_version}"

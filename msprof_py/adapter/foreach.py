@@ -1,0 +1,153 @@
+"""Multi-tensor (``_foreach_*``) ops as torch_npu runs them.
+
+PyTorch has no npu kernels for the ``_foreach_*`` ops: left alone they run as their
+CompositeExplicitAutograd "slow" kernels, one npu op per tensor. torch_npu's op-plugin gives
+them kernels of its own on chips from the 910B on: when PyTorch's ``can_use_fast_route``
+holds (every tensor on one device, of one dtype, dense, the tensors at each list index of
+the same sizes and strides, no scalar that would promote the dtype) and the dtype has an
+``aclnnForeach*`` kernel, the op is one host op launching one multi-tensor kernel per chunk of
+the lists (24 tensors of an in-place op over two lists, 16 out of place ...; its
+``_split_and_exec_npu_cmd_*`` helpers). Otherwise it takes PyTorch's per-tensor loop (the
+"slow route").
+
+:func:`register` gives every ``_foreach_*`` op a PrivateUse1 kernel doing the same: the fast
+route runs the whole op through the backend (the host computes it with the CPU's kernel on
+the host views, which is PyTorch's per-tensor loop, so values are bitwise those of the slow
+route), the slow route calls the composite. :func:`msprof_py.adapter.opcost.foreach_chunks` says how
+the lists split into kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from msprof_py.adapter import opcost, runtime
+from msprof_py.adapter.tensors import is_npu_device
+
+PREFIX = "_foreach_"
+#: dtypes the aclnnForeach kernels take (int32 only for some ops: left on the slow route)
+FAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_SLOW_ROUTE = torch._C.DispatchKey.CompositeExplicitAutograd
+
+
+def is_foreach(base: str) -> bool:
+    """Whether ATen op ``base`` (``"_foreach_add_"``) is a multi-tensor op."""
+    return base.startswith(PREFIX)
+
+
+def tensor_lists(args: Sequence[Any]) -> list[Sequence[torch.Tensor]]:
+    """The tensor-list arguments of a foreach call, in order."""
+    return [
+        a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)
+    ]
+
+
+def count(args: Sequence[Any]) -> int:
+    """Tensors per list of a foreach call (0 without a tensor list)."""
+    for a in args:
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
+            return len(a)
+    return 0
+
+
+def _promotes(value: Any, floating: bool) -> bool:
+    """Whether scalar ``value`` beside tensors of the call's dtype would change it."""
+    if isinstance(value, complex):
+        return True
+    return isinstance(value, float) and not floating
+
+
+def fast_route(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether torch_npu would run this call as multi-tensor kernels (see the module doc)."""
+    state = runtime.STATE
+    if state is None or not opcost.is_a2_class(state.npu.spec):
+        return False
+    lists = tensor_lists(args)
+    if not lists:
+        return False
+    dtype = lists[0][0].dtype
+    if dtype not in FAST_DTYPES:
+        return False
+    first = lists[0]
+    n = len(first)
+    for items in lists:
+        if len(items) != n:
+            return False
+    for i in range(n):
+        t = first[i]
+        if t.dtype is not dtype or not is_npu_device(t.device) or not _dense(t):
+            return False
+        shape, stride = t.shape, t.stride()
+        for items in lists[1:]:
+            u = items[i]
+            if (
+                u.dtype is not dtype
+                or not is_npu_device(u.device)
+                or u.shape != shape
+                or u.stride() != stride
+            ):
+                return False
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):  # a scalar tensor: one npu value of the dtype
+            if value.dtype is not dtype or value.numel() != 1 or not is_npu_device(value.device):
+                return False
+        elif isinstance(value, (list, tuple)) and value and not isinstance(value[0], torch.Tensor):
+            if any(_promotes(v, dtype.is_floating_point) for v in value):
+                return False
+        elif _promotes(value, dtype.is_floating_point):
+            return False
+    return True
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense, as the multi-tensor kernels need (contiguous in some order
+    of dimensions; the common layouts checked directly)."""
+    if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last):
+        return True
+    expected = 1  # dimensions by stride (size-1 ones left out) must tile the storage exactly
+    for stride, size in sorted(
+        (st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n != 1
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def kernel_for(op: torch._ops.OpOverload, whole: Callable[..., Any]) -> Callable[..., Any]:
+    """The PrivateUse1 kernel of foreach op ``op``: ``whole(op, ...)`` on the fast route, the
+    per-tensor composite otherwise."""
+    slow = op._op_dk
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if fast_route(args, kwargs):
+            return whole(op, *args, **kwargs)
+        return slow(_SLOW_ROUTE, *args, **kwargs)
+
+    return kernel
+
+
+def op_names() -> list[str]:
+    """Every ``_foreach_*`` op overload (``"_foreach_add_.List"`` ...)."""
+    return [
+        name[len("aten::") :]
+        for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith("aten::" + PREFIX)
+    ]
+
+
+def register(impl: torch.library.Library, whole: Callable[..., Any], native: Any) -> None:
+    """Give every ``_foreach_*`` op its PrivateUse1 kernel: the compiled one of ``native``
+    (the per-op path's module, which checks the route in C++) or else :func:`kernel_for`,
+    registered in ``impl`` (an aten IMPL)."""
+    names = op_names()
+    if native is not None:
+        native.install_foreach(names)
+        return
+    for short in names:
+        packet, _, overload = short.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        impl.impl(short, kernel_for(op, whole), "PrivateUse1")
