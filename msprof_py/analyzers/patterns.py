@@ -122,8 +122,8 @@ def op_stream(data: RankData) -> pd.DataFrame:
 
 def _per_tensor_loop(names: np.ndarray, in_shapes: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Ops that repeat the in-place op before them on inputs of the same shapes: a loop over a
-    list of tensors (gradient clipping's ``g.mul_(coef)``, a per-tensor foreach fallback), each
-    on a tensor of its own, so equal sizes there say nothing about the dataflow."""
+    list of tensors (gradient clipping's ``g.mul_(coef)``, a foreach op on its per-tensor
+    route), each on a tensor of its own, so equal sizes there say nothing about the dataflow."""
     repeat = np.zeros(len(names), dtype=bool)
     if len(names) > 1:
         inplace = np.array([n.endswith("_") and not n.endswith("__") for n in names[1:]])

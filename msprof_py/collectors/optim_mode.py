@@ -1,10 +1,11 @@
 """How an optimizer runs its step: fused kernels, multi-tensor (``foreach``) or per parameter.
 
-The recorder keeps leaf ops only, and on the ``npu`` device a ``_foreach_*`` op runs as
-PyTorch's per-tensor fallback, so the recorded ops of a foreach step look like a
-per-parameter step. The mode is therefore taken from the optimizer itself when it steps and
-stored in the profile's ``meta.json`` (``optimizers``: class -> mode and settings), where the
-fused-optimizer rule reads it.
+The recorder keeps leaf ops only. A ``_foreach_*`` op that runs as multi-tensor kernels is
+recorded under its own name, but one that takes PyTorch's per-tensor route (chips before the
+910B, mixed dtypes ...; see ``msprof_py/adapter/foreach.py``) is recorded as per-tensor ops,
+which look like a per-parameter step. The mode is therefore taken from the optimizer itself
+when it steps and stored in the profile's ``meta.json`` (``optimizers``: class -> mode and
+settings), where the fused-optimizer rule reads it.
 """
 
 from __future__ import annotations
