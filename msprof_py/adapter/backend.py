@@ -597,8 +597,8 @@ def _prepare_formats(
             ):
                 transdata(state, t, fmt)
         return None
-    if plan.foreach:  # each list index is an elementwise op of its own
-        lists = foreach.tensor_lists(args)
+    lists = foreach.tensor_lists(args) if plan.foreach else None
+    if lists:  # a foreach op: each list index is an elementwise op of its own
         refs = tuple(
             [_agnostic_formats(state, [items[i] for items in lists]) for i in range(len(lists[0]))]
         )
