@@ -209,9 +209,27 @@ def logical_bytes(shape: Sequence[int], dtype: str) -> int:
     return math.prod(_check_shape(shape)) * itemsize(dtype)
 
 
+#: (shape, dtype, format) -> storage bytes: the adapter asks for the same few tensors' padded
+#: sizes on every cast and conversion (bounded)
+_STORAGE_BYTES: dict[tuple[tuple[int, ...], str, FormatLike], int] = {}
+_STORAGE_BYTES_LIMIT = 4096
+
+
 def storage_bytes(shape: Sequence[int], dtype: str, fmt: FormatLike) -> int:
     """Bytes the tensor occupies in ``fmt``, padding included."""
-    return math.prod(storage_shape(shape, dtype, fmt)) * itemsize(dtype)
+    key = (tuple(shape), dtype, fmt)
+    try:
+        found = _STORAGE_BYTES.get(key)
+    except TypeError:  # something unhashable: storage_shape says what is wrong with it
+        found = None
+        key = None
+    if found is None:
+        found = math.prod(storage_shape(shape, dtype, fmt)) * itemsize(dtype)
+        if key is not None:
+            if len(_STORAGE_BYTES) >= _STORAGE_BYTES_LIMIT:
+                _STORAGE_BYTES.clear()
+            _STORAGE_BYTES[key] = found
+    return found
 
 
 def padding_bytes(shape: Sequence[int], dtype: str, fmt: FormatLike) -> int:

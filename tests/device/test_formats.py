@@ -319,3 +319,15 @@ def test_no_padding_when_blocked_axes_are_aligned(
     shape, dtype, fmt = case
     aligned = _aligned(shape, dtype, fmt)
     assert padding_bytes(aligned, dtype, fmt) == 0
+
+
+def test_storage_bytes_kept_per_shape_still_refuses_bad_shapes_each_time() -> None:
+    """Sizes are kept per (shape, dtype, format): a list and a tuple of the same shape, asked
+    twice, give the hand-computed size; a bad shape raises every time (nothing kept)."""
+    for shape in ((64, 3, 7, 7), [64, 3, 7, 7], (64, 3, 7, 7)):
+        assert storage_bytes(shape, "float16", "FRACTAL_Z") == 49 * 4 * 16 * 16 * 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="non-negative"):
+            storage_bytes((2, -1, 3, 3), "float16", "NC1HWC0")
+        with pytest.raises(ValueError, match="non-negative"):
+            storage_bytes(([2], 3), "float16", "ND")  # an unhashable dimension
