@@ -7,8 +7,8 @@ holds (every tensor on one device, of one dtype, dense, the tensors at each list
 the same sizes and strides, no scalar that would promote the dtype) and the dtype has an
 ``aclnnForeach*`` kernel, the op is one host op launching one multi-tensor kernel per chunk of
 the lists (24 tensors of an in-place op over two lists, 16 out of place ...; its
-``_split_and_exec_npu_cmd_*`` helpers). Otherwise it takes PyTorch's per-tensor loop (the
-"slow route").
+``_split_and_exec_npu_cmd_*`` helpers; ``_foreach_norm`` only for orders 1 and 2). Otherwise it
+takes PyTorch's per-tensor loop (the "slow route").
 
 :func:`register` gives every ``_foreach_*`` op a PrivateUse1 kernel doing the same: the fast
 route runs the whole op through the backend (the host computes it with the CPU's kernel on
@@ -31,6 +31,8 @@ PREFIX = "_foreach_"
 #: dtypes the aclnnForeach kernels take (int32 only for some ops: left on the slow route)
 FAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _SLOW_ROUTE = torch._C.DispatchKey.CompositeExplicitAutograd
+#: op-plugin runs a norm's multi-tensor kernel for orders 1 and 2 only
+NORM = "aten::_foreach_norm"
 
 
 def is_foreach(base: str) -> bool:
@@ -60,11 +62,16 @@ def _promotes(value: Any, floating: bool) -> bool:
     return isinstance(value, float) and not floating
 
 
-def fast_route(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    """Whether torch_npu would run this call as multi-tensor kernels (see the module doc)."""
+def fast_route(args: Sequence[Any], kwargs: dict[str, Any], op: str = "") -> bool:
+    """Whether torch_npu would run this call of ``op`` (``"aten::_foreach_norm"`` ...) as
+    multi-tensor kernels (see the module doc; a norm only of order 1 or 2)."""
     state = runtime.STATE
     if state is None or not opcost.is_a2_class(state.npu.spec):
         return False
+    if op == NORM:
+        order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
+        if isinstance(order, bool) or order not in (1, 2):
+            return False
     lists = tensor_lists(args)
     if not lists:
         return False
@@ -122,8 +129,10 @@ def kernel_for(op: torch._ops.OpOverload, whole: Callable[..., Any]) -> Callable
     per-tensor composite otherwise."""
     slow = op._op_dk
 
+    name = op._schema.name
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        if fast_route(args, kwargs):
+        if fast_route(args, kwargs, name):
             return whole(op, *args, **kwargs)
         return slow(_SLOW_ROUTE, *args, **kwargs)
 

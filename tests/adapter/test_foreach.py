@@ -120,6 +120,9 @@ ROUTES: list[tuple[str, Callable[[], tuple], dict, bool]] = [
     ("_foreach_addcdiv_.Scalar", lambda: ([_t(3)], [_t(3)], [_t(3)], 0.1), {}, True),
     ("_foreach_addcdiv_.Scalar", lambda: ([_t(3)], [_t(3)], [_t(4)], 0.1), {}, False),
     ("_foreach_norm.Scalar", lambda: ([_t(3), _t(5)],), {}, True),
+    ("_foreach_norm.Scalar", lambda: ([_t(3), _t(5)], 1), {}, True),
+    ("_foreach_norm.Scalar", lambda: ([_t(3), _t(5)], float("inf")), {}, False),
+    ("_foreach_norm.Scalar", lambda: ([_t(3), _t(5)],), {"ord": 3.0}, False),
     ("_foreach_copy_", lambda: ([_t(3)], [_t(3)]), {"non_blocking": False}, True),
     *[(op, case, {}, False) for _, op, case in SLOW],
 ]
@@ -130,9 +133,9 @@ def test_the_compiled_router_agrees_with_the_python_one(
     npu: SimulatedNpu, op: str, args: Callable[[], tuple], kwargs: dict, fast: bool
 ) -> None:
     values = args()
-    assert foreach.fast_route(values, kwargs) is fast
+    name, _, overload = op.partition(".")
+    assert foreach.fast_route(values, kwargs, f"aten::{name}") is fast
     if backend.NATIVE is not None:
-        name, _, overload = op.partition(".")
         assert backend.NATIVE.foreach_route(f"aten::{name}", overload, values, kwargs) is fast
 
 

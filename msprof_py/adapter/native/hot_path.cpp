@@ -1577,10 +1577,17 @@ bool foreach_promotes(const c10::IValue& value, bool floating) {
 // fast_route() of msprof_py/adapter/foreach.py, which the Python path runs (tests hold the
 // two together): an A2-class chip, tensor lists of one length and of one float dtype on the
 // npu, each tensor dense, the tensors at each index of the same sizes and strides, a scalar
-// tensor one npu value of the dtype, no scalar that would promote the dtype.
-bool foreach_fast_route(c10::ArrayRef<c10::IValue> arguments) {
+// tensor one npu value of the dtype, no scalar that would promote the dtype; a norm
+// (``norm``: the op is aten::_foreach_norm) of order 1 or 2 only.
+bool foreach_fast_route(c10::ArrayRef<c10::IValue> arguments, bool norm) {
   const py::object state = get(runtime_module, s_state);
   if (state.is_none() || !truthy(get(get(get(state, s_npu), s_spec), s_a2_class))) return false;
+  if (norm && arguments.size() > 1) {
+    const c10::IValue& order = arguments[1];
+    if (order.isBool() || !(order.isInt() || order.isDouble())) return false;
+    const double p = order.isInt() ? static_cast<double>(order.toInt()) : order.toDouble();
+    if (p != 1.0 && p != 2.0) return false;
+  }
   std::vector<c10::List<at::Tensor>> lists;
   for (const c10::IValue& value : arguments) {
     if (value.isTensorList()) {
@@ -1638,7 +1645,8 @@ void npu_foreach_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   {
     py::gil_scoped_acquire gil;
     try {
-      fast = foreach_fast_route(torch::jit::last(*stack, op.schema().arguments().size()));
+      fast = foreach_fast_route(torch::jit::last(*stack, op.schema().arguments().size()),
+                                op.schema().name() == "aten::_foreach_norm");
     } catch (py::error_already_set& error) {
       error.restore();
       throw python_error();
@@ -1670,7 +1678,7 @@ bool foreach_route(const std::string& name, const std::string& overload, py::tup
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
   auto stack = torch::jit::createStackForSchema(
       handle.schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
-  return foreach_fast_route(stack);
+  return foreach_fast_route(stack, name == "aten::_foreach_norm");
 }
 
 // Let npu_kernel run plain ops itself, or send every op to Python's path.
