@@ -10,11 +10,12 @@ the lists (24 tensors of an in-place op over two lists, 16 out of place ...; its
 ``_split_and_exec_npu_cmd_*`` helpers; ``_foreach_norm`` only for orders 1 and 2). Otherwise it
 takes PyTorch's per-tensor loop (the "slow route").
 
-:func:`register` gives every ``_foreach_*`` op a PrivateUse1 kernel doing the same: the fast
-route runs the whole op through the backend (the host computes it with the CPU's kernel on
-the host views, which is PyTorch's per-tensor loop, so values are bitwise those of the slow
-route), the slow route calls the composite. :func:`msprof_py.adapter.opcost.foreach_chunks` says how
-the lists split into kernels.
+:func:`register` gives every ``_foreach_*`` op that has such a kernel in op-plugin
+(:data:`KERNELS`) a PrivateUse1 kernel doing the same: the fast route runs the whole op
+through the backend (the host computes it with the CPU's kernel on the host views, which is
+PyTorch's per-tensor loop, so values are bitwise those of the slow route), the slow route
+calls the composite. :func:`msprof_py.adapter.opcost.foreach_chunks` says how the lists split
+into kernels.
 """
 
 from __future__ import annotations
@@ -33,6 +34,37 @@ FAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _SLOW_ROUTE = torch._C.DispatchKey.CompositeExplicitAutograd
 #: op-plugin runs a norm's multi-tensor kernel for orders 1 and 2 only
 NORM = "aten::_foreach_norm"
+
+
+_UNARY = frozenset({""})
+_BINARY = frozenset({"List", "Scalar", "ScalarList"})
+# fmt: off
+_UNARY_OPS = (
+    "abs", "acos", "asin", "atan", "cos", "cosh", "erf", "erfc", "exp", "expm1", "log", "log10",
+    "log1p", "log2", "neg", "reciprocal", "ceil", "floor", "frac", "round", "trunc", "sigmoid",
+    "sign", "sin", "sinh", "sqrt", "tan", "tanh", "zero", "copy",
+)
+# fmt: on
+#: the ops op-plugin gives multi-tensor kernels (``aclnnForeach*``), by name without
+#: ``_foreach_`` and the in-place ``_``, with the overloads it registers them for; the others
+#: (``_foreach_mul.Tensor``, as gradient clipping calls it, ``clamp_min``, ``rsqrt``, ``max``,
+#: the ``out`` overloads ...) always run as PyTorch's per-tensor loop
+KERNELS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(_UNARY_OPS, _UNARY),
+    **dict.fromkeys(("add", "sub", "mul", "div", "maximum", "minimum"), _BINARY),
+    **dict.fromkeys(("addcdiv", "addcmul"), frozenset({"Scalar", "ScalarList", "Tensor"})),
+    "lerp": frozenset({"List", "Scalar"}),
+    "pow": _BINARY | {"ScalarAndTensor"},
+    "norm": frozenset({"Scalar"}),
+}
+
+
+def has_kernel(name: str) -> bool:
+    """Whether foreach op overload ``name`` (``"_foreach_add_.List"``) has an op-plugin
+    multi-tensor kernel."""
+    packet, _, overload = name.partition(".")
+    base = packet.removeprefix(PREFIX).removesuffix("_")
+    return overload in KERNELS.get(base, ())
 
 
 def is_foreach(base: str) -> bool:
@@ -140,16 +172,19 @@ def kernel_for(op: torch._ops.OpOverload, whole: Callable[..., Any]) -> Callable
 
 
 def op_names() -> list[str]:
-    """Every ``_foreach_*`` op overload (``"_foreach_add_.List"`` ...)."""
-    return [
+    """The ``_foreach_*`` op overloads with a multi-tensor kernel (``"_foreach_add_.List"``
+    ...): the ones that get a route."""
+    names = [
         name[len("aten::") :]
         for name in torch._C._dispatch_get_all_op_names()
         if name.startswith("aten::" + PREFIX)
     ]
+    return [name for name in names if has_kernel(name)]
 
 
 def register(impl: torch.library.Library, whole: Callable[..., Any], native: Any) -> None:
-    """Give every ``_foreach_*`` op its PrivateUse1 kernel: the compiled one of ``native``
+    """Give every ``_foreach_*`` op with a multi-tensor kernel (:func:`op_names`; the others
+    keep their per-tensor composite) its PrivateUse1 kernel: the compiled one of ``native``
     (the per-op path's module, which checks the route in C++) or else :func:`kernel_for`,
     registered in ``impl`` (an aten IMPL)."""
     names = op_names()

@@ -189,3 +189,26 @@ def test_chips_before_the_910b_run_foreach_per_tensor(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[0] == expected
+
+
+def test_ops_without_an_op_plugin_kernel_run_per_tensor_on_the_910b(
+    npu: SimulatedNpu, log: TaskLog
+) -> None:
+    """op-plugin has no multi-tensor kernel for ``_foreach_mul_.Tensor`` (gradient clipping's
+    scaling by a 0-dim tensor) or ``_foreach_clamp_min_``: those take PyTorch's per-tensor loop
+    even where the route holds; ``_foreach_mul_.Scalar`` is one kernel."""
+    assert not foreach.has_kernel("_foreach_mul_.Tensor")
+    assert not foreach.has_kernel("_foreach_add.List_out")
+    assert foreach.has_kernel("_foreach_mul_.Scalar") and foreach.has_kernel("_foreach_sqrt_")
+    tensors, scale = [_t(4) for _ in range(5)], _t(())
+    for program, names in [
+        (lambda: torch._foreach_mul_(tensors, scale), {"aten::mul_"}),
+        (lambda: torch._foreach_clamp_min_(tensors, 0.5), {"aten::clamp_min_"}),
+        (lambda: torch._foreach_mul_(tensors, 0.5), {"aten::_foreach_mul_"}),
+    ]:
+        start = len(log.tasks)
+        program()
+        torch.npu.synchronize()
+        kernels = _kernels(log, start)
+        assert {k.name for k in kernels} == names
+        assert len(kernels) == (1 if "aten::_foreach_mul_" in names else len(tensors))
