@@ -160,7 +160,6 @@ def kernel_for(op: torch._ops.OpOverload, whole: Callable[..., Any]) -> Callable
     """The PrivateUse1 kernel of foreach op ``op``: ``whole(op, ...)`` on the fast route, the
     per-tensor composite otherwise."""
     slow = op._op_dk
-
     name = op._schema.name
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
