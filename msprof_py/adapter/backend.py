@@ -703,16 +703,16 @@ def _info(key: tuple[torch.Size, torch.dtype, str]) -> TensorInfo:
 def _plan_kernels(
     state: AdapterState,
     plan: OpPlan,
-    shape_args: tuple[int, int],
+    groups: int,
+    per_list: int,
     cache_key: tuple,
     in_keys: tuple,
     out_keys: tuple,
 ) -> _Planned:
-    """Plan and cache the kernels of one launch (``shape_args``: the convolution's groups and
-    a foreach op's tensors per list)."""
+    """Plan and cache the kernels of one launch (``groups``: a convolution's, ``per_list``: a
+    foreach op's tensors per list)."""
     in_info = [_info(k) for k in in_keys]
     out_info = [None if k is None else _info(k) for k in out_keys]
-    groups, per_list = shape_args
     kernels = tuple(op_tasks(state.npu.spec, plan.base, in_info, out_info, groups, per_list))
     present = out_keys if None not in out_keys else tuple([k for k in out_keys if k is not None])
     if len(_KERNEL_CACHE) >= _KERNEL_CACHE_LIMIT:
@@ -743,7 +743,7 @@ def launch(
     cache_key = (plan.base, groups, per_list, in_keys, out_keys)
     planned = _KERNEL_CACHE.get(cache_key)
     if planned is None:
-        planned = _plan_kernels(state, plan, (groups, per_list), cache_key, in_keys, out_keys)
+        planned = _plan_kernels(state, plan, groups, per_list, cache_key, in_keys, out_keys)
     kernels = planned.kernels
     if not kernels:
         return planned

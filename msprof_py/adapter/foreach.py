@@ -14,7 +14,7 @@ takes PyTorch's per-tensor loop (the "slow route").
 (:data:`KERNELS`) a PrivateUse1 kernel doing the same: the fast route runs the whole op
 through the backend (the host computes it with the CPU's kernel on the host views, which is
 PyTorch's per-tensor loop, so values are bitwise those of the slow route), the slow route
-calls the composite. :func:`msprof_py.adapter.opcost.foreach_chunks` says how the lists split
+calls the composite. :func:`msprof_py.device.costmodel.foreach_chunks` says how the lists split
 into kernels.
 """
 

@@ -422,19 +422,6 @@ def op_tasks(
     return [PlannedKernel(op_type_of(base), cost)]
 
 
-#: tensors per multi-tensor kernel by (tensor lists the op reads, in place): the split sizes
-#: of torch_npu's op-plugin (``_split_and_exec_npu_cmd_*``)
-_FOREACH_CHUNK = {(1, True): 48, (1, False): 24, (2, True): 24, (2, False): 16}
-_FOREACH_CHUNK_MORE_LISTS = {True: 16, False: 12}
-
-
-def foreach_chunks(count: int, lists: int, inplace: bool) -> list[range]:
-    """The list indices each kernel of a ``count``-tensor foreach op covers, in launch order
-    (``lists``: the tensor lists it reads)."""
-    size = _FOREACH_CHUNK.get((lists, inplace)) or _FOREACH_CHUNK_MORE_LISTS[inplace]
-    return [range(start, min(count, start + size)) for start in range(0, count, size)]
-
-
 def _foreach(
     spec: DeviceSpec,
     base: str,
@@ -452,7 +439,7 @@ def _foreach(
     dtype = inputs[0].dtype_name if inputs else "float32"
     per_index = len(outputs) == count
     kernels = []
-    for indices in foreach_chunks(count, lists, inplace):
+    for indices in costmodel.foreach_chunks(count, lists, inplace):
         read = [inputs[k * count + i] for k in range(lists) for i in indices]
         if per_index:
             written = [o for o in (outputs[i] for i in indices) if o is not None]

@@ -6,7 +6,6 @@ it raises :class:`Skip` naming the data it lacks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from msprof_py.analyzers import (
 )
 from msprof_py.analyzers.context import CUBE_TYPES, KERNEL, RankData
 from msprof_py.analyzers.findings import Finding, RuleSpec, Skip
+from msprof_py.device import costmodel
 
 
 @dataclass
@@ -294,20 +294,16 @@ def fused_optimizer(ctx: RuleContext, spec: RuleSpec) -> Finding:
     return spec.fire(values, share, us(gain_ns), data.rank, evidence)
 
 
-#: tensors per multi-tensor kernel of an in-place foreach op over one list (torch_npu's
-#: op-plugin split size; :mod:`msprof_py.adapter.opcost` plans the same kernels)
-FOREACH_ONE_LIST_CHUNK = 48
-
-
 def _kept_by_fused(data: RankData, fix: dict[str, Any], params: int) -> tuple[int, int]:
     """Kernels and ops per step a fused step of ``params`` parameters leaves: its own one,
     and with ``step_counters`` the in-place foreach add torch's fused Adam keeps for its
-    step counters: one multi-tensor kernel per 48 parameters on an A2-class chip, one
-    per-tensor op and kernel each on older chips."""
+    step counters: one multi-tensor kernel per chunk of counters on an A2-class chip
+    (:func:`costmodel.foreach_chunks`, as the adapter launches them), one per-tensor op and
+    kernel each on older chips."""
     if not fix.get("step_counters") or params == 0:
         return 1, 1
     if data.spec.a2_class:
-        return 1 + math.ceil(params / FOREACH_ONE_LIST_CHUNK), 2
+        return 1 + len(costmodel.foreach_chunks(params, 1, True)), 2
     return 1 + params, 1 + params
 
 

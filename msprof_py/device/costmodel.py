@@ -306,6 +306,19 @@ def vector_cost(
     )
 
 
+#: tensors per multi-tensor (foreach) kernel by (tensor lists the op reads, in place): the split
+#: sizes of torch_npu's op-plugin (``_split_and_exec_npu_cmd_*``)
+_FOREACH_CHUNK = {(1, True): 48, (1, False): 24, (2, True): 24, (2, False): 16}
+_FOREACH_CHUNK_MORE_LISTS = {True: 16, False: 12}
+
+
+def foreach_chunks(count: int, lists: int, inplace: bool) -> list[range]:
+    """The list indices each kernel of a ``count``-tensor foreach op covers, in launch order
+    (``lists``: the tensor lists it reads)."""
+    size = _FOREACH_CHUNK.get((lists, inplace)) or _FOREACH_CHUNK_MORE_LISTS[inplace]
+    return [range(start, min(count, start + size)) for start in range(0, count, size)]
+
+
 def l2_read_ns(spec: DeviceSpec, nbytes: int, block_dim: int, cores: int) -> float:
     """Time (ns) for ``block_dim`` blocks on a pool of ``cores`` to read ``nbytes`` from L2:
     the L2 bandwidth shared evenly by the pool's cores, of which the kernel uses
