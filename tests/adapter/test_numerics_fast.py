@@ -67,6 +67,9 @@ def test_the_compiled_path_widens_as_the_python_path_does() -> None:
         if backend.NATIVE is None:
             print("no compiled path"); raise SystemExit(0)
         aten = torch.ops.aten
+        # a fixed input: for about 1 in 20 random 64x64 inputs CPU's own fp16 mm happens to
+        # round every element as the widened one does, and the first check below would fail
+        torch.manual_seed(0)
         h = torch.randn(64, 64).half().npu()
         for _ in range(3):  # plans made, launches learned
             h + h; h @ h
