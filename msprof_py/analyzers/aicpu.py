@@ -96,6 +96,19 @@ def sources(data: RankData, t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return source, text
 
 
+def module_counter_tasks(data: RankData) -> np.ndarray:
+    """Task ids of the analysed AI CPU tasks that update a module's own counter (framework
+    sources keyed by module class in ``rules/aicpu.yaml``: BatchNorm's num_batches_tracked).
+    No other op of the step reads the counter, so a compiled graph's stream plan runs these
+    on streams of their own, beside the model's chain."""
+    t = tasks(data)
+    if t.empty:
+        return np.zeros(0, np.int64)
+    modules = (aicpu_advice().get("framework") or {}).get("modules") or {}
+    hit = t["source"].isin(list(modules)).to_numpy(bool)
+    return t.loc[hit, "task_id"].to_numpy(np.int64)
+
+
 def graph_modules(data: RankData, names: pd.Series) -> pd.Series:
     """Per task name, the nn.Module class path its graph kernel records ("" for eager tasks,
     and for a name whose kernels in different graphs ran in different modules)."""

@@ -69,6 +69,27 @@ def op_graph(data: RankData) -> np.ndarray:
     return found
 
 
+def model_ops(data: RankData) -> np.ndarray:
+    """Which analysed host ops ``torch.compile(model)`` would put in graphs: the eager ops
+    run inside a module (the model's forward) or on another thread than the loop's
+    (autograd's backward), not those of the optimizer step, the loss or the input copies,
+    which stay eager. All False when no op ran in a module (no model to compile), cached."""
+    found = data.cache.get("model_ops")
+    if found is not None:
+        return found
+    ops = data.host_ops
+    in_module = ops["module"].astype(str).to_numpy() != ""
+    threads = ops.loc[in_module, "thread"]
+    if threads.empty:
+        found = np.zeros(len(ops), bool)
+    else:
+        backward = ops["thread"].to_numpy() != threads.mode().iloc[0]
+        eager = op_graph(data) == ""
+        found = eager & ~ampplan.in_optimizer(data, ops) & (in_module | backward)
+    data.cache["model_ops"] = found
+    return found
+
+
 def split(data: RankData) -> dict[str, Any]:
     """Device time (busy time of the tasks, summed) and host dispatch (host op time) of the
     analysed steps in compiled graphs and outside them, per step, with their shares."""
@@ -82,6 +103,7 @@ def split(data: RankData) -> dict[str, Any]:
     device_in, device_out = float(dur[inside].sum()), float(dur[~inside].sum())
     host_in, host_out = float(host_ns[op_in].sum()), float(host_ns[~op_in].sum())
     host_opt = float(host_ns[~op_in & ampplan.in_optimizer(data, ops)].sum())
+    host_model = float(host_ns[model_ops(data)].sum())
 
     def share(part: float, whole: float) -> float:
         return part / whole if whole > 0 else 0.0
@@ -103,6 +125,9 @@ def split(data: RankData) -> dict[str, Any]:
         # eager host dispatch inside Optimizer.step ranges (what compiling the model leaves)
         "optimizer_host_ns_per_step": host_opt / n,
         "optimizer_host_share": share(host_opt, host_out),
+        # eager host dispatch a compile of the model would put in graphs (:func:`model_ops`)
+        "model_host_ns_per_step": host_model / n,
+        "model_host_share": share(host_model, host_out),
     }
 
 

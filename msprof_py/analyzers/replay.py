@@ -11,7 +11,10 @@ starts when it has arrived and its stream's previous task has ended (plus any wa
 recording shows beyond those, kept as is); a sync that waited resumes the host at the
 replayed end (or arrival) of the task it waited for, plus its own return cost. A removed task
 costs neither host, pipeline nor device time, and the next task on its stream follows the
-one before it. Each task's stream predecessor is the task whose end its recorded
+one before it. A task sunk in a compiled graph reaches the device as the host passes its
+place (its launch and dispatch cost nothing); one the graph runs beside its chain (side work
+on a stream of its own) starts as it arrives and holds up no other task. Each task's stream
+predecessor is the task whose end its recorded
 ``wait_ns`` points at (the stream id is not loaded).
 
 The first replayed step is the one before the analysed steps (so that the analysed steps
@@ -50,21 +53,29 @@ class Change:
     ``durations`` (new task durations in ns, indexed by task id) and ``sunk`` (task ids that
     keep their device time but run in a compiled graph sunk to the device: their launch
     records, and the host time before each since the previous record, the op's dispatch,
-    cost nothing; each reaches the device as the host passes its place in the program)."""
+    cost nothing; each reaches the device as the host passes its place in the program).
+    ``side`` (sunk task ids) are the graph's independent side work, which its stream plan
+    puts on streams of their own: each starts as it reaches the device and holds up no
+    other task."""
 
     drop: frozenset[int] = frozenset()
     durations: pd.Series = field(default_factory=lambda: pd.Series(dtype="float64"))
     sunk: frozenset[int] = frozenset()
+    side: frozenset[int] = frozenset()
 
 
 def _ids(values: Any) -> frozenset[int]:
     return frozenset(int(x) for x in np.asarray(list(values), np.int64))
 
 
-def change(drop: Any = (), durations: pd.Series | None = None, sunk: Any = ()) -> Change:
-    """A :class:`Change` from task ids, an optional duration series and sunk task ids."""
+def change(
+    drop: Any = (), durations: pd.Series | None = None, sunk: Any = (), side: Any = ()
+) -> Change:
+    """A :class:`Change` from task ids, an optional duration series, sunk task ids and the
+    sunk ones run beside the rest."""
     new = pd.Series(dtype="float64") if durations is None else durations.astype("float64")
-    return Change(_ids(drop), new, _ids(sunk))
+    sunk_ids = _ids(sunk)
+    return Change(_ids(drop), new, sunk_ids, _ids(side) & sunk_ids)
 
 
 def combine(changes: list[Change]) -> Change:
@@ -75,7 +86,8 @@ def combine(changes: list[Change]) -> Change:
     durations = pd.concat(parts).groupby(level=0).min() if parts else pd.Series(dtype="float64")
     durations = durations[~durations.index.isin(list(drop))]
     sunk = frozenset().union(*(c.sunk for c in changes)) if changes else frozenset()
-    return Change(drop, durations, sunk - drop)
+    side = frozenset().union(*(c.side for c in changes)) if changes else frozenset()
+    return Change(drop, durations, sunk - drop, side - drop)
 
 
 def record(
@@ -84,11 +96,14 @@ def record(
     drop: Any = (),
     durations: pd.Series | None = None,
     sunk: Any = (),
+    side: Any = (),
 ) -> float:
     """Keep ``rule``'s change for :func:`joint_gain_ns` and return its replayed gain (ns per
     step, as :func:`gain_ns`)."""
-    data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations, sunk)
-    gain = data.cache.setdefault("replay_gains", {})[rule] = gain_ns(data, drop, durations, sunk)
+    kept = data.cache.setdefault("replay_changes", {})[rule] = change(drop, durations, sunk, side)
+    gain = data.cache.setdefault("replay_gains", {})[rule] = gain_ns(
+        data, kept.drop, durations, kept.sunk, kept.side
+    )
     return gain
 
 
@@ -108,7 +123,7 @@ def joint_gain_ns(data: RankData, rules: list[str]) -> float:
         (rule,) = [r for r in rules if r in kept]
         return data.cache["replay_gains"][rule]
     both = combine(changes)
-    return gain_ns(data, sorted(both.drop), both.durations, sorted(both.sunk))
+    return gain_ns(data, both.drop, both.durations, both.sunk, both.side)
 
 
 def _window(data: RankData) -> tuple[list[int], int | None]:
@@ -245,15 +260,23 @@ class _Timeline:
         return self._unchanged
 
     def run(
-        self, dropped: np.ndarray, duration: np.ndarray, sunk: np.ndarray | None = None
+        self,
+        dropped: np.ndarray,
+        duration: np.ndarray,
+        sunk: np.ndarray | None = None,
+        side: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Replayed step ends with ``dropped`` tasks removed, task durations ``duration``
-        and ``sunk`` tasks launched by a compiled graph (all indexed like the window's
-        tasks)."""
-        if sunk is None:
-            sunk = np.zeros(len(self.task_id), bool)
+        """Replayed step ends with ``dropped`` tasks removed, task durations ``duration``,
+        ``sunk`` tasks launched by a compiled graph and ``side`` ones (sunk) run on streams
+        of their own (all indexed like the window's tasks)."""
         n = len(self.task_id)
+        if sunk is None:
+            sunk = np.zeros(n, bool)
+        if side is None:
+            side = np.zeros(n, bool)
         end = self.end.astype(np.float64).copy()
+        # a side task's own end; ``end`` holds where its old stream goes on from (as dropped)
+        side_end = np.full(n, -np.inf)
         arrival = self.launch.astype(np.float64).copy()
         done = np.zeros(n, bool)
         host = float(self.h_start[0]) if len(self.h_start) else 0.0
@@ -268,6 +291,10 @@ class _Timeline:
             tail = end[p] if p >= 0 and done[p] else float(self.tail_rec[i])
             if dropped[i]:
                 end[i] = tail  # the stream goes on from the task before
+            elif side[i]:  # on a stream of its own; its old stream goes on as if dropped
+                end[i] = tail
+                side_end[i] = arrival[i] + float(duration[i])
+                latest = max(latest, side_end[i])
             else:
                 start = max(arrival[i], tail) + float(self.extra[i])
                 end[i] = start + float(duration[i])
@@ -298,11 +325,12 @@ class _Timeline:
                     j += 1
                 last_launched = i
             elif kind == "sync":
-                host = max(host, self._sync_target(k, end, arrival, latest, last_launched))
+                ended = np.maximum(end, side_end)
+                host = max(host, self._sync_target(k, ended, arrival, latest, last_launched))
                 host += min(own, float(self.sync_ns))
             else:
                 host += own
-        return self._step_ends(end)
+        return self._step_ends(np.maximum(end, side_end))
 
     def _sync_target(
         self, k: int, end: np.ndarray, arrival: np.ndarray, latest: float, last: int
@@ -335,11 +363,12 @@ def gain_ns(
     drop: Any = (),
     durations: pd.Series | None = None,
     sunk: Any = (),
+    side: Any = (),
 ) -> float:
     """Mean step time saved (ns per step) by removing the tasks ``drop`` (task ids), giving
     tasks the durations ``durations`` (indexed by task id) and running the tasks ``sunk``
-    in a compiled graph (:class:`Change`), replayed (0.0 without host records to
-    replay)."""
+    in a compiled graph, ``side`` of them beside the rest (:class:`Change`), replayed (0.0
+    without host records to replay)."""
     tl = _timeline(data)
     if tl is None or not len(tl.ids):
         return 0.0
@@ -350,8 +379,9 @@ def gain_ns(
         new = durations.reindex(tl.task_id).to_numpy(np.float64)
         changed = np.where(np.isnan(new), base, new)
     in_graph = np.isin(tl.task_id, np.asarray(list(sunk), np.int64))
+    beside = in_graph & np.isin(tl.task_id, np.asarray(list(side), np.int64))
     before = tl.unchanged()
-    after = tl.run(dropped, changed, in_graph)
+    after = tl.run(dropped, changed, in_graph, beside)
     k = len(tl.ids)
     return float((before[-1] - before[0]) - (after[-1] - after[0])) / k
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from msprof_py.analyzers import (
-    ampplan,
+    aicpu,
     batchscale,
     batchtune,
     compute,
@@ -110,34 +110,31 @@ def host_bound_dispatch(ctx: RuleContext, spec: RuleSpec) -> Finding:
         if sunk is not None:
             # the step with the model's forward and backward in graphs, replayed: what the
             # eager optimizer step and the rest of the loop leave of the idle time
-            gain_us = us(replay.record(data, spec.name, (), None, sunk))
+            # the BatchNorm counters' AI CPU updates go on streams of their own in a graph
+            side = np.intersect1d(sunk, aicpu.module_counter_tasks(data))
+            gain_us = us(replay.record(data, spec.name, (), None, sunk, side))
+            evidence["side_tasks_per_step"] = len(side) / n
             evidence["replayed"] = True
             evidence["compiled_tasks_per_step"] = len(sunk) / n
     finding = spec.fire(values, share, gain_us, data.rank, evidence)
     if not evidence.get("replayed"):
         finding.gain_model = "heuristic"  # the idle time itself: an upper bound
-    if not _optimizer_left(split):
+    if not (_optimizer_left(split) or _model_left(split)):
         finding.advice += compiled_note(data)
     return finding
 
 
 def compiled_model_tasks(data: RankData) -> np.ndarray | None:
-    """The task ids ``torch.compile(model)`` would launch from its graphs: those of the eager
-    ops run inside a module (the model's forward) or on another thread than the loop's
-    (autograd's backward), not those of the optimizer step, the loss or the input copies,
-    which stay eager. None without launch records to replay."""
+    """The task ids ``torch.compile(model)`` would launch from its graphs: those of the ops
+    :func:`graphs.model_ops` picks (the model's forward and autograd's backward; the optimizer
+    step, the loss and the input copies stay eager). None without launch records to replay or
+    without ops run in a module."""
     if not (data.all_host["kind"] == "launch").any():
         return None
-    ops = data.host_ops
-    eager = graphs.op_graph(data) == ""
-    optimizer_ops = ampplan.in_optimizer(data, ops)
-    in_module = ops["module"].astype(str).to_numpy() != ""
-    threads = ops.loc[in_module, "thread"]
-    if threads.empty:
+    picked_ops = graphs.model_ops(data)
+    if not picked_ops.any():
         return None
-    loop_thread = threads.mode().iloc[0]
-    backward = ops["thread"].to_numpy() != loop_thread
-    picked = ops.loc[eager & ~optimizer_ops & (in_module | backward), "event_id"]
+    picked = data.host_ops.loc[picked_ops, "event_id"]
     tasks = data.tasks
     chosen = tasks["host_op_id"].isin(picked) & tasks["kind"].isin((KERNEL, "memcpy"))
     return tasks.loc[chosen, "task_id"].to_numpy(np.int64)
@@ -216,12 +213,19 @@ def _optimizer_left(split: dict) -> bool:
 COMPILED_DISPATCH_SHARE = 0.5
 
 
+def _model_left(split: dict) -> bool:
+    """The model is compiled and little of the eager dispatch beside it is the model's (the
+    loss, gradient clipping and the optimizer step are outside it)."""
+    return bool(split["compiled"]) and split["model_host_share"] < COMPILED_DISPATCH_SHARE
+
+
 def _compiling_done(split: dict) -> bool:
-    """Whether compiling more cannot help: most host time already goes to compiled graphs, or
-    the eager dispatch left beside them is mostly the optimizer step's (a fused optimizer's
-    job, not the graph's)."""
+    """Whether compiling more cannot help: most host time already goes to compiled graphs, the
+    eager dispatch left beside them is mostly the optimizer step's (a fused optimizer's job,
+    not the graph's), or mostly outside the model (compiling the model cannot reach it)."""
     compiled_enough = split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
-    return (bool(split["compiled"]) and compiled_enough) or _optimizer_left(split)
+    compiled_enough = compiled_enough and bool(split["compiled"])
+    return compiled_enough or _model_left(split) or _optimizer_left(split)
 
 
 def _compile_text(split: dict) -> str:
@@ -233,10 +237,16 @@ def _compile_text(split: dict) -> str:
             f"the optimizer step's ({split['optimizer_host_share']:.0%} of it: fuse it, see "
             "fused_optimizer), so compiling more does not help; use"
         )
-    if _compiling_done(split):
+    if split["compiled"] and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE:
         return (
             f"most host time already goes to compiled graphs ({split['graph_host_share']:.0%}, "
             "one launch per graph call), so compiling more does not help; use"
+        )
+    if _model_left(split):
+        return (
+            "the model already runs in compiled graphs and the eager dispatch left is outside "
+            f"it ({1 - split['model_host_share']:.0%} of it: the loss, gradient clipping, the "
+            "optimizer step), so compiling the model again does not help; use"
         )
     return (
         'compile the model in graph mode (torch.compile(model, backend="npu"): one host '

@@ -26,7 +26,7 @@ APPLY = Path(__file__).with_name("apply_fix.py")
 TOLERANCE = 0.25
 #: the samples' batch sizes, for ``analyze --batch-size`` (their inputs are copied once, so
 #: the analysis cannot read the batch off a per-step input copy)
-SAMPLE_BATCH = {"resnet": 8}
+SAMPLE_BATCH = {"resnet": 8, "transformer": 8}
 #: sample argv (a script name under sample_runs/, or an absolute path)
 SAMPLE_ARGV = {
     "index": [str(Path(__file__).with_name("index_step.py")), "--steps", "4"],
@@ -57,7 +57,10 @@ CHECKED = [
     ("transformer", "fusion_attention"),
     ("amp-fp32", "amp_fp32_cube"),  # autocast bf16 on the fp32 MLP
     ("amp-bf16", "amp_overhead"),  # the GradScaler dropped from the bf16 MLP
-    ("resnet", "low_utilisation"),  # the batch raised to the largest that fits (capped)
+    # the batch raised to the largest that fits (capped); on the transformer, busy 42% of
+    # its step (the ResNet sample's device is busy 65% of its step since its optimizer step
+    # runs as multi-tensor kernels: the rule rightly reports ok there)
+    ("transformer", "low_utilisation"),
     ("resnet", "host_bound_dispatch"),  # the model compiled (torch.compile, backend "npu")
     ("transformer", "host_bound_dispatch"),  # the same on the transformer
     ("resnet", "sync_in_loop"),  # the per-step synchronize and loss.item() deferred

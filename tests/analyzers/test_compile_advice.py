@@ -172,3 +172,35 @@ def test_a_compiled_model_whose_optimizer_dispatch_is_left_is_pointed_at_the_opt
     assert "compiling that code too" not in f.advice
     plain = run(dispatch(False), "host_bound_dispatch")  # eager: the recipe is there
     assert plain.evidence["apply"] == {"compile": "npu"}
+
+
+def test_a_compiled_model_whose_eager_dispatch_is_outside_it_is_not_told_to_compile() -> None:
+    """One graph call (the model), then eager ops outside any module and outside the
+    optimizer step (gradient clipping's per-tensor muls, the loss): compiling the model
+    cannot reach them, so the recipe is gone and the advice says why; a model op left eager
+    (a graph break in a module) is still the model's."""
+
+    def build(module: str) -> context.RankData:
+        b = Builder().step(0, 0, 10)
+        b.graph_plan("graph0_forward", kernels=1, code="f (a.py:1)", compiles=1)
+        b.graph_call("graph0_forward", 0, 11_000, [{"start": 11_000, "end": 14_000, "name": "add"}])
+        t = 13_000
+        for i in range(8):  # 8 eager ops of 11 us; the first in `module`
+            b.op("aten::mul_", t, t + 11_000, [{"start": t + 11_000, "end": t + 14_000}],
+                 module=module if i < 5 else "")  # fmt: skip
+            t += 13_000
+        b.steps[0]["end_ns"] = t + 1000
+        return context.prepare(b.build(), 0, warmup=0)
+
+    outside = build("")
+    split = graphs.split(outside)
+    assert split["model_host_ns_per_step"] == 0 and split["model_host_share"] == 0
+    f = engine.run_rule("host_bound_dispatch", RuleContext(outside, {0: outside}))
+    assert f.status == FIRED and "apply" not in f.evidence
+    assert "eager dispatch left is outside it (100% of it" in f.advice
+    assert "torch.compile" not in f.advice and "compiling that code too" not in f.advice
+    broken = build("Net/Linear")  # 5 of the 8 eager ops run in the model: a graph break
+    split = graphs.split(broken)
+    assert split["model_host_ns_per_step"] == 55_000 and split["model_host_share"] == 55 / 88
+    f = engine.run_rule("host_bound_dispatch", RuleContext(broken, {0: broken}))
+    assert f.evidence["apply"] == {"compile": "npu"}

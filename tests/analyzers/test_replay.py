@@ -411,6 +411,41 @@ def test_tasks_sunk_in_a_graph_keep_their_device_time_and_cost_the_host_nothing(
     assert both.sunk == frozenset(int(x) for x in graph) and both.drop == {2}
 
 
+def test_side_tasks_of_a_graph_run_beside_its_chain() -> None:
+    """Steps of three 30 us kernels (launched at 16, 26, 36 us: the step ends with the sync
+    at 106 + 5 = 111 us). Sunk in a graph, they run 0-30, 30-60, 60-90 (sync back at 95 us:
+    16 us gained); with the middle one on a stream of its own (a BatchNorm counter's
+    update) it runs 0-30 beside the first, the third follows the first at 30-60 and the
+    sync is back at 65 us: 46 us gained."""
+    d = data(pipeline(30))
+    ids = d.all_tasks["task_id"]
+    assert replay.gain_ns(d, sunk=ids) == pytest.approx(16 * US)
+    middle = ids[ids % 3 == 1]
+    assert replay.gain_ns(d, sunk=ids, side=middle) == pytest.approx(46 * US)
+    # side work only counts where it is sunk; a removal wins over it
+    assert replay.change(sunk=[1, 2], side=[1, 5]).side == {1}
+    both = replay.combine([replay.change(sunk=ids, side=middle), replay.change(drop=[1])])
+    assert both.side == frozenset(int(x) for x in middle) - {1} and 1 not in both.sunk
+    assert replay.record(d, "rule", sunk=ids, side=middle) == pytest.approx(46 * US)
+    assert replay.joint_gain_ns(d, ["rule"]) == pytest.approx(46 * US)
+
+
+def test_the_batch_norm_counter_updates_are_side_work_when_the_model_is_compiled() -> None:
+    """host_bound_dispatch's replay puts the AI CPU updates of a BatchNorm's counter (an
+    int64 add in a BatchNorm2d) beside the graph's chain; other AI CPU tasks stay on it."""
+    from msprof_py.analyzers import aicpu
+
+    b = Builder()
+    aicpu_task = dict(start=10 * US, end=40 * US, task_type="AI_CPU", input_dtypes="int64")
+    bn = b.op("aten::add_", 0, 2 * US, [aicpu_task], module="Net/BatchNorm2d", step=0)
+    other = b.op("aten::add_", 2 * US, 4 * US, [aicpu_task], module="Net/Linear", step=0)
+    b.step(0, 0, 200 * US)
+    d = context.prepare(b.build(), 0, warmup=0)
+    by_op = d.tasks.set_index("host_op_id")["task_id"]
+    assert aicpu.module_counter_tasks(d).tolist() == [int(by_op[bn])]
+    assert int(by_op[other]) not in aicpu.module_counter_tasks(d)
+
+
 def test_compiling_the_model_sinks_its_forward_and_backward_not_the_optimizer() -> None:
     """Forward ops run in a module on the loop's thread, backward ops on autograd's thread:
     compiled; the loss (no module), the input copy and the optimizer step stay eager."""
