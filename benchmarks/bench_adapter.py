@@ -1,7 +1,7 @@
 """What running on the npu adapter costs in real time, next to plain CPU eager PyTorch.
 
-Two measurements, both in one process with ``torch.set_num_threads(1)``, each the best of
-several repeats:
+Two measurements, both in one process with ``torch.set_num_threads(1)`` (``--threads N``:
+N intra-op threads), each the best of several repeats:
 
 1. per-op dispatch overhead (µs per call) of a few micro-ops on tiny tensors, CPU vs npu;
 2. whole training steps (forward, backward, optimizer step; ms per step) of the ResNet and
@@ -18,7 +18,13 @@ time the device model predicts (not comparable to the real times). Where the com
 path (``msprof_py.adapter.native``) is built, every npu figure is also measured with it turned
 off (the "Python path" columns: what runs where it cannot build).
 
-    python benchmarks/bench_adapter.py [--repeats 5] [--steps 5] [--calls 2000]
+With more than one thread the placement of the npu's backward matters: the adapter runs it
+on the calling thread (:mod:`msprof_py.adapter.backward_thread`), one OpenMP team as CPU
+eager has; ``--autograd-device-thread`` puts it back on autograd's device thread, where it
+opens a second team and every parallel region in the process (CPU eager's too) waits for
+its workers to wake.
+
+    python benchmarks/bench_adapter.py [--repeats 5] [--steps 5] [--calls 2000] [--threads 1]
 """
 
 from __future__ import annotations
@@ -417,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="the npu's numerics (fast: low-precision matmuls and convolutions in float32)",
     )
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument(
+        "--autograd-device-thread",
+        action="store_true",
+        help="run the npu's backward on autograd's device thread (torch's default placement)",
+    )
     parser.add_argument(
         "--native-floor",
         action="store_true",
@@ -424,11 +436,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     npu = msprof_py.adapter.install(numerics=args.numerics)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    backward = "calling thread"
+    if args.autograd_device_thread:
+        run = torch.autograd.graph._engine_run_backward
+        torch.autograd._engine_run_backward = run.__wrapped__  # type: ignore[attr-defined]
+        backward = "autograd's device thread"
     print(
         f"python {platform.python_version()}, torch {torch.__version__} on {platform.machine()}, "
-        f"1 thread, best of {args.repeats}; "
-        f"npu: {npu.spec.name}, numerics {args.numerics}, host time modeled"
+        f"{args.threads} thread(s), best of {args.repeats}; "
+        f"npu: {npu.spec.name}, numerics {args.numerics}, host time modeled, "
+        f"npu backward on the {backward}"
     )
 
     print(f"per-op path: {native.status()}; engine core: {device_native.status()}")

@@ -67,6 +67,13 @@ def install(
     from msprof_py.adapter import amp, backend, compat, kernels, npu_amp, npu_module
 
     backend.check_native()
+    from msprof_py.adapter import backward_thread
+    from msprof_py.device import native as device_native
+
+    backward_thread.install()
+    for compiled in (backend.NATIVE, device_native.load()):
+        if compiled is not None:
+            backward_thread.add_listener(compiled.set_backward_thread)
     from msprof_py.adapter.host_memory import keep_freed_pages
 
     keep_freed_pages()

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from msprof_py.adapter import backward_thread
 from msprof_py.adapter.steps import STEP_PREFIX
 from msprof_py.collectors.module_paths import ModuleStack
 from msprof_py.collectors.stacks import StackRecorder
@@ -252,7 +253,10 @@ def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
 def thread_name() -> str:
     """The calling thread's name: its ``threading`` name (MainThread, ``Thread-2
     (_pin_memory_loop)`` ...), or for a thread Python did not start (the autograd engine's
-    device thread shows as ``Dummy-1``) the name the OS knows it by (``pt_autograd_0``)."""
+    device thread shows as ``Dummy-1``) the name the OS knows it by (``pt_autograd_0``); while
+    it runs a backward, the device thread's name (:mod:`msprof_py.adapter.backward_thread`)."""
+    if backward_thread.in_backward():
+        return backward_thread.device_thread_name()[:THREAD_NAME_LIMIT]
     current = threading.current_thread()
     name = current.name
     if isinstance(current, threading._DummyThread):
@@ -438,7 +442,7 @@ class Recorder:
         )
 
     def _logical_thread(self) -> int:
-        ident = threading.get_ident()
+        ident = backward_thread.current_ident()
         logical = self._thread_ids.get(ident)
         if logical is None:
             logical = self._thread_ids[ident] = len(self._thread_ids) + 1
@@ -446,7 +450,7 @@ class Recorder:
         return logical
 
     def _os_thread(self) -> int:
-        ident = threading.get_ident()
+        ident = backward_thread.current_ident()
         if ident not in self._thread_ids:  # once per thread: its name
             self._thread_ids[ident] = ident
             self._name_thread(ident)

@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 15;
+constexpr int kAbiVersion = 16;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1260,12 +1260,19 @@ std::unordered_map<unsigned long, py::object> thread_values;
 
 // The recorder's ``thread`` column value for the calling thread (its _thread(), called once
 // per thread: it names the thread the first time).
+//: the ident of the thread running an npu backward now (0: none; backward_thread.py keeps
+//: it): it records under ident + 1, autograd's device thread
+unsigned long backward_ident = 0;
+
+void set_backward_thread(unsigned long ident) { backward_ident = ident; }
+
 py::object thread_value(const py::object& recorder) {
   if (!thread_recorder.is(recorder)) {
     thread_values.clear();
     thread_recorder = recorder;
   }
-  const unsigned long ident = PyThread_get_thread_ident();
+  unsigned long ident = PyThread_get_thread_ident();
+  if (ident == backward_ident) ident += 1;
   auto found = thread_values.find(ident);
   if (found != thread_values.end()) return found->second;
   py::object value = call(get(recorder, s_thread), {});
@@ -1764,6 +1771,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("drop_op", &drop_op, "Send op id to Python's path only.");
   m.def("set_host_op", &set_host_op, "Give op id the CPU op its host half calls.");
   m.def("set_widened", &set_widened, "Mark op id as computed widened under numerics fast.");
+  m.def("set_backward_thread", &set_backward_thread,
+        "The ident of the thread running a backward now (0: none): it records as ident + 1.");
   m.def("forget_launches", &forget_launches, "Forget every learned launch.");
   m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");

@@ -38,7 +38,7 @@ SOURCES = tuple(
 )
 MODULE_NAME = "msprof_device_core"
 #: the contract version this Python side expects (``ABI_VERSION`` in the source)
-ABI_VERSION = 2
+ABI_VERSION = 3
 _RECORD = "device-core.json"
 
 

@@ -20,7 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 #define PRUNE_EVERY 256
 
 /* ---- a growable ring of int64 (the Python core's deque) --------------------------------- */
@@ -867,8 +867,12 @@ static PyObject *abi_version(PyObject *m, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
 
+PyObject *set_backward_thread(PyObject *m, PyObject *arg); /* rows_core.c */
+
 static PyMethodDef module_methods[] = {
     {"abi_version", abi_version, METH_NOARGS, "The contract version of this module."},
+    {"set_backward_thread", set_backward_thread, METH_O,
+     "The ident of the thread running a backward now (0: none): its rows go under ident + 1."},
     {NULL, NULL, 0, NULL},
 };
 

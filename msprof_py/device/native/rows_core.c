@@ -749,8 +749,21 @@ static const CostSlot *cost_values(RowSinkObject *self, PyObject *cost) {
     return slot;
 }
 
+/* The ident of the thread running an npu backward now (0: none; msprof_py.adapter.
+   backward_thread keeps it): its rows go under ident + 1, autograd's device thread. */
+static unsigned long backward_ident = 0;
+
+PyObject *set_backward_thread(PyObject *m, PyObject *arg) {
+    (void)m;
+    const unsigned long ident = PyLong_AsUnsignedLong(arg);
+    if (ident == (unsigned long)-1 && PyErr_Occurred()) return NULL;
+    backward_ident = ident;
+    Py_RETURN_NONE;
+}
+
 static int sink_thread(RowSinkObject *self, long long *out) {
-    const unsigned long raw = PyThread_get_thread_ident();
+    unsigned long raw = PyThread_get_thread_ident();
+    if (raw == backward_ident) raw += 1;
     if (self->have_thread && self->last_ident == raw) {
         *out = self->last_thread;
         return 0;
