@@ -26,6 +26,7 @@ thread while one runs is recorded under its own thread (its rows are not lost).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -95,10 +96,15 @@ def _on_calling_thread(run: Callable[..., Any]) -> Callable[..., Any]:
     return run_backward
 
 
+#: set to "device" to keep torch's placement (backward on autograd's device thread)
+PLACEMENT_ENV = "MSPROF_PY_BACKWARD_THREAD"
+
+
 def install() -> None:
-    """Run every backward on its calling thread from now on (once per process)."""
+    """Run every backward on its calling thread from now on (once per process), unless
+    ``MSPROF_PY_BACKWARD_THREAD=device`` keeps torch's placement."""
     global _installed
-    if _installed:
+    if _installed or os.environ.get(PLACEMENT_ENV) == "device":
         return
     import torch.autograd
     import torch.autograd.graph

@@ -3,6 +3,11 @@ is recorded as autograd's device thread, as torch_npu's backward runs (issue 20)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 from adapter_helpers import run_script
 
 
@@ -68,3 +73,27 @@ def test_a_recorded_backward_keeps_the_device_thread_lane() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[-2] == "True True pt_autograd_0 MainThread"
+
+
+def test_the_device_thread_placement_can_be_kept() -> None:
+    """``MSPROF_PY_BACKWARD_THREAD=device``: torch's placement, the backward's hooks run on
+    autograd's device thread (not the caller's), nothing is marked."""
+    code = """
+        import threading, torch
+        import msprof_py.adapter as ad
+        ad.install()
+        from msprof_py.adapter import backward_thread as bt
+        w = torch.randn(4).npu().requires_grad_()
+        seen = []
+        y = (w * 2).sum()
+        y.register_hook(lambda g: seen.append((threading.get_ident(), bt.in_backward())))
+        y.backward()
+        print(seen[0][0] != threading.get_ident(), seen[0][1])
+        """
+    env = {**os.environ, "MSPROF_PY_BACKWARD_THREAD": "device"}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "True False"
