@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import gc
 import importlib
+import os
 import platform
 import statistics
 import subprocess
@@ -50,7 +51,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import msprof_py.adapter
-from msprof_py.adapter import native
+from msprof_py.adapter import backward_thread, native
 from msprof_py.device import native as device_native
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -435,13 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also build benchmarks/native_floor.cpp (a C++ fallback doing nothing) and time it",
     )
     args = parser.parse_args(argv)
+    backward = "calling thread"
+    if args.autograd_device_thread:  # torch's placement, as the user can ask for it
+        os.environ[backward_thread.PLACEMENT_ENV] = "device"
+        backward = "autograd's device thread"
     npu = msprof_py.adapter.install(numerics=args.numerics)
     torch.set_num_threads(args.threads)
-    backward = "calling thread"
-    if args.autograd_device_thread:
-        run = torch.autograd.graph._engine_run_backward
-        torch.autograd._engine_run_backward = run.__wrapped__  # type: ignore[attr-defined]
-        backward = "autograd's device thread"
     print(
         f"python {platform.python_version()}, torch {torch.__version__} on {platform.machine()}, "
         f"{args.threads} thread(s), best of {args.repeats}; "

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from msprof_py.adapter import opcost, runtime
-from msprof_py.adapter.tensors import is_npu_device
+from msprof_py.adapter import runtime
+from msprof_py.adapter.tensors import dense_non_overlapping, is_npu_device
 
 PREFIX = "_foreach_"
 #: dtypes the aclnnForeach kernels take (int32 only for some ops: left on the slow route)
@@ -72,19 +72,18 @@ def is_foreach(base: str) -> bool:
     return base.startswith(PREFIX)
 
 
+def _is_tensor_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and isinstance(value[0], torch.Tensor)
+
+
 def tensor_lists(args: Sequence[Any]) -> list[Sequence[torch.Tensor]]:
     """The tensor-list arguments of a foreach call, in order."""
-    return [
-        a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)
-    ]
+    return [a for a in args if _is_tensor_list(a)]
 
 
 def count(args: Sequence[Any]) -> int:
     """Tensors per list of a foreach call (0 without a tensor list)."""
-    for a in args:
-        if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor):
-            return len(a)
-    return 0
+    return next((len(a) for a in args if _is_tensor_list(a)), 0)
 
 
 def _promotes(value: Any, floating: bool) -> bool:
@@ -98,7 +97,7 @@ def fast_route(args: Sequence[Any], kwargs: dict[str, Any], op: str = "") -> boo
     """Whether torch_npu would run this call of ``op`` (``"aten::_foreach_norm"`` ...) as
     multi-tensor kernels (see the module doc; a norm only of order 1 or 2)."""
     state = runtime.STATE
-    if state is None or not opcost.is_a2_class(state.npu.spec):
+    if state is None or not state.npu.spec.a2_class:
         return False
     if op == NORM:
         order = args[1] if len(args) > 1 else kwargs.get("ord", 2)
@@ -133,7 +132,7 @@ def fast_route(args: Sequence[Any], kwargs: dict[str, Any], op: str = "") -> boo
         if isinstance(value, torch.Tensor):  # a scalar tensor: one npu value of the dtype
             if value.dtype is not dtype or value.numel() != 1 or not is_npu_device(value.device):
                 return False
-        elif isinstance(value, (list, tuple)) and value and not isinstance(value[0], torch.Tensor):
+        elif isinstance(value, (list, tuple)) and not _is_tensor_list(value):
             if any(_promotes(v, dtype.is_floating_point) for v in value):
                 return False
         elif _promotes(value, dtype.is_floating_point):
@@ -143,17 +142,8 @@ def fast_route(args: Sequence[Any], kwargs: dict[str, Any], op: str = "") -> boo
 
 def _dense(t: torch.Tensor) -> bool:
     """Non-overlapping and dense, as the multi-tensor kernels need (contiguous in some order
-    of dimensions; the common layouts checked directly)."""
-    if t.is_contiguous() or t.is_contiguous(memory_format=torch.channels_last):
-        return True
-    expected = 1  # dimensions by stride (size-1 ones left out) must tile the storage exactly
-    for stride, size in sorted(
-        (st, n) for st, n in zip(t.stride(), t.shape, strict=True) if n != 1
-    ):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    of dimensions; the common layout checked directly)."""
+    return t.is_contiguous() or dense_non_overlapping(t.shape, t.stride())
 
 
 def kernel_for(op: torch._ops.OpOverload, whole: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,6 +9,7 @@ import torch
 from msprof_py.adapter import backend, copies, foreach, formats, runtime, shapes_only
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.tensors import (
+    dense_non_overlapping,
     hold_device_bytes,
     host_view,
     new_tensor,
@@ -121,7 +122,7 @@ def _copy_strides(
     in the suggested memory format (channels-last order stays channels-last), or in the
     memory format asked for."""
     if memory_format in (None, torch.preserve_format):
-        if _dense_non_overlapping(shape, stride):
+        if dense_non_overlapping(shape, stride):
             return tuple(stride)
         memory_format = _suggested_format(shape, stride)
     return torch.empty(shape, device="meta", memory_format=memory_format).stride()
@@ -136,17 +137,6 @@ def _suggested_format(shape: torch.Size, stride: tuple[int, ...]) -> torch.memor
         if by_stride == order:
             return torch.channels_last if len(shape) == 4 else torch.channels_last_3d
     return torch.contiguous_format
-
-
-def _dense_non_overlapping(shape: torch.Size, stride: tuple[int, ...]) -> bool:
-    """Whether the elements fill a block of memory exactly once, in some dimension order."""
-    expected = 1
-    dims = sorted((st, sz) for sz, st in zip(shape, stride, strict=True) if sz != 1)
-    for step, size in dims:
-        if step != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _keep_private_format(src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -454,8 +454,3 @@ def _foreach(
         )
         kernels.append(PlannedKernel(op_type, cost))
     return kernels
-
-
-def is_a2_class(spec: DeviceSpec) -> bool:
-    """True for an A2/A3-class device (Ascend910B*, Ascend910_93), from its ``soc_version``."""
-    return spec.a2_class

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import torch
 
 from msprof_py.adapter.host_ops import Call, HostOp, Plan, Planner, Shape, Task
-from msprof_py.adapter.opcost import TensorInfo, dtype_name, is_a2_class, op_tasks
+from msprof_py.adapter.opcost import TensorInfo, dtype_name, op_tasks
 from msprof_py.device.costmodel import KernelCost, bound_of, matmul_cost, vector_cost
 from msprof_py.device.dtypes import itemsize
 from msprof_py.device.records import TaskType
@@ -169,7 +169,7 @@ def _fused_cost(
     busy = cube + s_vector  # each step's gate math waits for its GEMM, the next GEMM for it
     return dataclasses.replace(
         base,
-        task_type=TaskType.MIX_AIC if is_a2_class(spec) else TaskType.AI_CORE,
+        task_type=TaskType.MIX_AIC if spec.a2_class else TaskType.AI_CORE,
         block_dim=max(base.block_dim, s_block),
         cube_ns=cube,
         vector_ns=s_vector,

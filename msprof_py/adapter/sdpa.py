@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 
 from msprof_py.adapter.host_ops import Call, HostOp, Plan, Shape, Task, shape
-from msprof_py.adapter.opcost import TensorInfo, dtype_name, is_a2_class, op_tasks
+from msprof_py.adapter.opcost import TensorInfo, dtype_name, op_tasks
 from msprof_py.device.spec import DeviceSpec
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -37,7 +37,7 @@ _STAT_WIDTH = 8
 
 def uses_flash_kernel(spec: DeviceSpec, dtype: torch.dtype) -> bool:
     """True where the device runs SDPA as one fused FlashAttentionScore kernel."""
-    return is_a2_class(spec) and dtype in _HALF
+    return spec.a2_class and dtype in _HALF
 
 
 def _nbytes(t: torch.Tensor | None) -> int:

@@ -76,7 +76,7 @@ def decision(args: tuple, kwargs: dict) -> str | None:
     when an npu call keeps torch's decomposition (a fusion miss); None for calls that are
     not the npu's to fuse (CPU tensors, or arguments eager rejects: the decomposition raises
     the same error)."""
-    from msprof_py.adapter.opcost import dtype_name, is_a2_class
+    from msprof_py.adapter.opcost import dtype_name
     from msprof_py.adapter.sdpa import uses_flash_kernel
 
     b = host_ops.bind(_SDPA, args, kwargs)
@@ -95,7 +95,7 @@ def decision(args: tuple, kwargs: dict) -> str | None:
             return None  # eager raises (heads do not match without a valid GQA)
     spec = runtime.state().npu.spec
     if not uses_flash_kernel(spec, q.dtype):
-        if not is_a2_class(spec):
+        if not spec.a2_class:
             return (
                 "FlashAttentionScore needs an Atlas A2/A3 chip (Ascend910B, Ascend910_93); "
                 f"this is {spec.soc_version}"

@@ -52,6 +52,17 @@ def is_npu(value: object) -> bool:
     return isinstance(value, torch.Tensor) and is_npu_device(value.device)
 
 
+def dense_non_overlapping(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether the elements fill a block of memory exactly once, in some dimension order."""
+    expected = 1
+    dims = sorted((st, sz) for sz, st in zip(shape, stride, strict=True) if sz != 1)
+    for step, size in dims:
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
 def backing_storage(t: torch.Tensor) -> torch.UntypedStorage:
     """The CPU (or meta) storage that holds ``t``'s values."""
     try:

@@ -219,13 +219,16 @@ def _model_left(split: dict) -> bool:
     return bool(split["compiled"]) and split["model_host_share"] < COMPILED_DISPATCH_SHARE
 
 
+def _graphs_hold_dispatch(split: dict) -> bool:
+    """Most host dispatch already goes to compiled graphs."""
+    return bool(split["compiled"]) and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
+
+
 def _compiling_done(split: dict) -> bool:
     """Whether compiling more cannot help: most host time already goes to compiled graphs, the
     eager dispatch left beside them is mostly the optimizer step's (a fused optimizer's job,
     not the graph's), or mostly outside the model (compiling the model cannot reach it)."""
-    compiled_enough = split["graph_host_share"] >= COMPILED_DISPATCH_SHARE
-    compiled_enough = compiled_enough and bool(split["compiled"])
-    return compiled_enough or _model_left(split) or _optimizer_left(split)
+    return _graphs_hold_dispatch(split) or _model_left(split) or _optimizer_left(split)
 
 
 def _compile_text(split: dict) -> str:
@@ -237,7 +240,7 @@ def _compile_text(split: dict) -> str:
             f"the optimizer step's ({split['optimizer_host_share']:.0%} of it: fuse it, see "
             "fused_optimizer), so compiling more does not help; use"
         )
-    if split["compiled"] and split["graph_host_share"] >= COMPILED_DISPATCH_SHARE:
+    if _graphs_hold_dispatch(split):
         return (
             f"most host time already goes to compiled graphs ({split['graph_host_share']:.0%}, "
             "one launch per graph call), so compiling more does not help; use"

@@ -32,8 +32,6 @@ def test_the_backward_runs_on_the_calling_thread_and_starts_no_device_thread() -
             seen.append((threading.get_ident() == main, bt.in_backward(),
                          bt.current_ident() == main + 1, float(inner.sum().cpu())))
             return g
-        y = (w * 2).sum()
-        y.register_hook(hook)
         for _ in range(3):
             y = (w * 2).sum()
             y.register_hook(hook)

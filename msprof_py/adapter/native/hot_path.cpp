@@ -1258,14 +1258,14 @@ const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchem
 py::object thread_recorder;
 std::unordered_map<unsigned long, py::object> thread_values;
 
-// The recorder's ``thread`` column value for the calling thread (its _thread(), called once
-// per thread: it names the thread the first time).
 //: the ident of the thread running an npu backward now (0: none; backward_thread.py keeps
 //: it): it records under ident + 1, autograd's device thread
 unsigned long backward_ident = 0;
 
 void set_backward_thread(unsigned long ident) { backward_ident = ident; }
 
+// The recorder's ``thread`` column value for the calling thread (its _thread(), called once
+// per thread: it names the thread the first time; ident + 1 while it runs a backward).
 py::object thread_value(const py::object& recorder) {
   if (!thread_recorder.is(recorder)) {
     thread_values.clear();

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from msprof_py.adapter.custom_ops import device_call, host, launch_kernel, state, wrap
-from msprof_py.adapter.opcost import dtype_name, is_a2_class
+from msprof_py.adapter.opcost import dtype_name
 from msprof_py.device import attention as device_attention
 from msprof_py.device.attention import STAT_WIDTH, flash_attention_cost
 from msprof_py.device.costmodel import KernelCost, vector_cost
@@ -363,7 +363,7 @@ def _stat(t: torch.Tensor) -> torch.Tensor:
 
 def require_a2(spec: DeviceSpec, api: str) -> None:
     """Raise as torch_npu does when a fused A2+ kernel is called on an earlier chip (910A)."""
-    if not is_a2_class(spec):
+    if not spec.a2_class:
         raise RuntimeError(
             f"{api} is supported only on Atlas A2/A3 training products (Ascend910B, "
             f"Ascend910_93); this device is {spec.soc_version}"
