@@ -27,6 +27,8 @@ same code gives the same count every time:
                              # --small and --large then count steps (e.g. 20 and 120)
         [--workload resnet]  # the ResNet sample's steps (convolutions, private formats;
                              # e.g. --small 2 --large 6)
+        [--workload amp]     # those steps under float16 autocast and a GradScaler on the npu
+                             # (numerics "fast"), against CPU float32
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -58,7 +60,7 @@ elif mode == "record":
     start_session(SessionConfig(output=tempfile.mkdtemp(), export=False, deterministic=True))
 else:
     import msprof_py.adapter
-    msprof_py.adapter.install()
+    msprof_py.adapter.install(numerics="fast" if sys.argv[3] == "amp" else "cpu")
 import msprof_py
 torch.set_num_threads(1)
 try:
@@ -67,17 +69,23 @@ try:
 except ImportError:
     core = "Python (this checkout has no compiled device cores)"
 sys.stderr.write(f"msprof_py: {msprof_py.__file__}; engine core: {core}\\n")
-if sys.argv[3] == "resnet":  # the ResNet sample's training step: convolutions, formats
+if sys.argv[3] in ("resnet", "amp"):  # the ResNet sample's training step: convolutions,
+    # formats; amp: on the npu under float16 autocast with a GradScaler, numerics "fast" (CPU:
+    # float32, as bench_adapter.py's AMP CNN compares)
     sys.path.insert(0, sys.argv[4])
     import train_resnet
     model = train_resnet.build(0).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     images, labels = (t.to(device) for t in train_resnet.synthetic_batch(8))
+    amp = sys.argv[3] == "amp" and device == "npu"
+    scaler = torch.amp.GradScaler(device, enabled=amp)
     for i in range(3 + n):  # three warm-up steps in both runs
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        with torch.autocast(device, dtype=torch.float16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         msprof_py.step()
     os._exit(0)
 if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimizer
@@ -154,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hash-seed", type=int, default=0, help="PYTHONHASHSEED of the runs")
     parser.add_argument(
         "--workload",
-        choices=("ops", "step", "resnet"),
+        choices=("ops", "step", "resnet", "amp"),
         default="ops",
         help="the small-op loop (per op), a small MLP's training steps, or the ResNet "
         "sample's (per step; --small and --large count steps)",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from msprof_py.adapter import formats, runtime, shapes_only
+from msprof_py.adapter import backend, formats, runtime, shapes_only
 from msprof_py.adapter.backend import compile_kernel, transdata
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState, CapturedKernel
@@ -52,9 +52,16 @@ def _cast_cost(state: AdapterState, elements: int, dtype: str, nbytes: int) -> c
     return cost
 
 
-def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_type: str) -> None:
+def _copy_kernel_cost(
+    state: AdapterState, src: torch.Tensor, dst: torch.Tensor
+) -> costmodel.KernelCost:
+    """What the kernel copying ``src`` into ``dst`` on the device (a Cast, a ViewCopy) costs."""
     nbytes = _stored_bytes(src) + _stored_bytes(dst)
-    cost = _cast_cost(state, dst.numel(), dtype_name(dst.dtype), nbytes)
+    return _cast_cost(state, dst.numel(), dtype_name(dst.dtype), nbytes)
+
+
+def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_type: str) -> None:
+    cost = _copy_kernel_cost(state, src, dst)
     keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
     if state.capture is not None:
         state.capture.append(CapturedKernel("aten::copy_", op_type, cost, *keys))
@@ -64,6 +71,33 @@ def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_t
     # and records as submit_kernel, without building the task in Python
     state.npu.engine.launch_kernel(
         state.stream, cost, "aten::copy_", op_type, _NO_FIELDS, state.compiled.attrs
+    )
+
+
+def learn_cast(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Teach the compiled cast (``backend.NATIVE``) what casting npu tensor ``src`` into
+    ``dst``, just done by ``kernels.to_copy`` in ``src``'s strides, launched: its Cast kernel and
+    the private format ``dst`` kept; it then runs such casts itself with the same timeline. Not
+    taught where the launch depends on more than the source's sizes, dtype and format and the
+    dtype cast to: a graph capture, measured host time, L2 modelling, numerics "none", or a
+    source read through a TransData."""
+    native = backend.NATIVE
+    state = runtime.state()
+    if native is None or not state.native or state.measured or state.capture is not None:
+        return
+    if state.npu.l2 is not None:
+        return
+    src_fmt, dst_fmt = storage_format(src), storage_format(dst)
+    if src_fmt != dst_fmt:  # read through a TransData (a format dst could not keep)
+        return
+    formats = None
+    if dst_fmt is not None:
+        padded = storage_bytes(dst_fmt[1], dtype_name(dst.dtype), dst_fmt[0])
+        formats = ((dst_fmt, padded, "Cast"),)
+    kernels = ((_copy_kernel_cost(state, src, dst), "Cast"),)
+    compiled = state.compiled
+    native.learn_cast(
+        src, dst.dtype, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch, formats
     )
 
 

@@ -110,7 +110,11 @@ def to_copy(
         dst = torch.empty_strided(shape, stride, dtype=dtype, device=target)
         if non_blocking or pin_memory:
             dst.untyped_storage()._msprof_pinned = True  # type: ignore[attr-defined]
-    return copies.copy(self, dst, non_blocking)
+    copies.copy(self, dst, non_blocking)
+    # a cast on the device in the source's strides: the case the compiled cast runs
+    if target.type == own_device.type == "npu" and dtype != own_dtype and stride is own_stride:
+        copies.learn_cast(self, dst)
+    return dst
 
 
 def _copy_strides(
@@ -314,6 +318,9 @@ def register() -> None:
     if backend.NATIVE is not None:
         # made in compiled code in the plain case, by these kernels otherwise
         backend.NATIVE.install_factories(empty_memory_format, empty_strided)
+        # casts on the device once learned (copies.learn_cast), by to_copy otherwise
+        backend.NATIVE.install_cast(to_copy)
+        del explicit["_to_copy"]
     else:
         explicit.update(
             {"empty.memory_format": empty_memory_format, "empty_strided": empty_strided}

@@ -567,6 +567,7 @@ def test_a_learned_launch_out_of_device_memory_raises_torchs_error(
 ) -> None:
     """The compiled path's own launch asks the caching allocator for the output's memory: a
     failure is torch's out-of-memory error, word for word the Python path's, and holds nothing."""
+    gc.collect()  # earlier tests' garbage (modules hold cycles) freed now, not during the call
     x = torch.zeros(16 * 2**20, device="npu")  # 64 MiB
     for _ in range(2):  # the second multiplication is launched by the compiled path
         x * 2
@@ -735,3 +736,99 @@ def test_factories_are_made_without_python_as_on_the_python_path() -> None:
             state.native = True
         errors.append(str(caught.value))
     assert errors[0] == errors[1]
+
+
+def _casts_program() -> list[torch.Tensor]:
+    """Casts on the device of every kind: a weight held in FRACTAL_Z and an NC1HWC0 activation
+    (their formats kept), plain tensors to narrower, wider and integer dtypes, a 0-d tensor,
+    ``.to(device, dtype)``; and those the compiled cast leaves to Python: a strided source, a
+    view of an NC1HWC0 storage (read through a TransData), a cast to the host."""
+    conv = torch.nn.Conv2d(2, 4, 3).to("npu")
+    out = conv(_npu(1, 2, 5, 5))
+    weight = conv.weight.detach()
+    x = _x()
+    return [
+        weight.half(),
+        weight.half().float(),
+        out.half(),
+        x.half(),
+        x.double(),
+        x.to(torch.int32),
+        torch.tensor(2.5).to("npu").half(),
+        x.to("npu", torch.bfloat16),
+        x.t().half(),
+        out[:, :2].half(),
+        x.to("cpu", torch.float16),
+    ]
+
+
+@needs_native
+def test_casts_on_the_device_run_without_python_once_learned() -> None:
+    """An npu -> npu cast is run by the compiled kernel once Python has run it once: the same
+    values, private formats, tasks (a Cast under aten::copy_) and device-memory records as on
+    the Python path, and no Python frame; casts it does not cover agree too (Python's)."""
+    from msprof_py.adapter.tensors import storage_format
+
+    _device_records(_casts_program, use_native=False)  # the allocator's segments made
+    python_value, python_records, _ = _device_records(_casts_program, use_native=False)
+    learned: list[int] = []
+    for _ in range(2):  # the first run teaches the casts the second runs itself
+        native_value, native_records, _ = _device_records(_casts_program, True, learned)
+        _same(python_value, native_value)
+        assert native_records == python_records
+    assert learned[1] >= 8  # the eight casts it covers (and the convolution)
+    assert any(r[0] == "task" and r[2] == "Cast" and r[1] == "aten::copy_" for r in python_records)
+    casts = _casts_program()
+    assert storage_format(casts[0]) == ("FRACTAL_Z", (4, 2, 3, 3))
+    assert storage_format(casts[2]) == ("NC1HWC0", (1, 4, 3, 3))
+    weight = torch.nn.Conv2d(2, 4, 3).to("npu").weight.detach()
+    torch.conv2d(_npu(1, 2, 5, 5), weight)  # the weight converted to FRACTAL_Z
+    weight.half()  # learned (or already known)
+    half, adapter_frames = None, []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    sys.setprofile(profile)
+    try:
+        half = weight.half()
+    finally:
+        sys.setprofile(None)
+    assert adapter_frames == []
+    assert torch.equal(half.cpu(), weight.cpu().half())
+    assert storage_format(half) == storage_format(weight)
+
+
+@needs_native
+def test_a_recorded_cast_is_the_same_host_op_on_both_paths(tmp_path: Path) -> None:
+    """Recorded, a cast the compiled kernel runs writes the host op the Python path writes:
+    ``aten::copy_`` with the source's and result's shapes and dtypes."""
+    import msprof_py
+
+    x = _x()
+    rows = {}
+    for use_native in (False, True):
+        state = runtime.STATE
+        assert state is not None
+        counted = backend.NATIVE.counts()  # type: ignore[union-attr]
+        state.native = use_native
+        try:
+            with msprof_py.record(tmp_path / str(use_native)) as rec:
+                for _ in range(2):  # learned in the session's compile cache, then run compiled
+                    x.half()
+                torch.npu.synchronize()
+        finally:
+            state.native = True
+        recorded = backend.NATIVE.counts()[3] - counted[3]  # type: ignore[union-attr]
+        assert recorded == (1 if use_native else 0)
+        events = rec.load().host_events
+        copies = events[events["name"].astype(str).str.contains("copy")]
+        rows[use_native] = [
+            (r.name, r.input_shapes, r.input_dtypes, r.kind, r.thread, r.step, r.parent_id)
+            for r in copies.itertuples()
+        ]
+    assert rows[True] == rows[False]
+    ops = [row[:3] for row in rows[True] if row[3] == "op"]
+    assert ops == [("aten::copy_", "4,6;4,6", "float32;float16")] * 2
+    assert len(rows[True]) == 4  # and each one's launch

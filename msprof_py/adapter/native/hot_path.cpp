@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 16;
+constexpr int kAbiVersion = 17;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -503,6 +503,7 @@ class Unwrapper {
     return true;
   }
 
+ public:
   // The host tensor standing for tensor argument ``t``: the host view of an npu tensor (the
   // same view for the same tensor twice: CPU kernels check aliasing by identity), or a 0-dim
   // CPU tensor as it is (a private format changes no value: the host view reads the logical
@@ -927,13 +928,13 @@ py::object call_method(const py::object& obj, PyObject* name,
 // memory: the storage tagged, and held in its padded size when that exceeds its block
 // (tensors.hold_device_bytes).
 void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::object& stream,
-                 const HostCall& host) {
+                 const std::vector<std::pair<py::object, int64_t>>& storages) {
   PyObject* formats = fast.formats.ptr();
   py::object stream_id;
-  for (size_t i = 0; i < host.storages.size(); ++i) {
+  for (size_t i = 0; i < storages.size(); ++i) {
     PyObject* tag = PyTuple_GET_ITEM(formats, static_cast<Py_ssize_t>(i));
     if (tag == Py_None) continue;
-    const py::object& storage = host.storages[i].first;
+    const py::object& storage = storages[i].first;
     if (PyObject_SetAttr(storage.ptr(), fmt_name, PyTuple_GET_ITEM(tag, 0)) != 0) {
       throw py::error_already_set();
     }
@@ -974,26 +975,58 @@ void launch_kernel(const py::object& launch, const py::object& stream, PyObject*
   }
 }
 
+// What a learned launch runs in: the device's objects, the compile cache and whether the
+// device records.
+struct LaunchContext {
+  py::object npu;
+  py::object compiled;
+  bool recording = false;
+};
+
+// Whether adapter ``state`` is inside what learned launch ``fast`` covers (no graph capture,
+// no L2 modelling, the compile cache and epoch it was learned in, the task fields known when
+// recording), and if so what it runs in (``context``).
+bool launch_context(const FastLaunch& fast, py::handle state, LaunchContext& context) {
+  if (!get(state, s_capture).is_none()) return false;
+  context.npu = get(state, s_npu);
+  if (!get(context.npu, s_l2).is_none()) return false;
+  context.compiled = get(state, s_compiled);
+  if (!context.compiled.is(fast.compiled)) return false;
+  const long long epoch = PyLong_AsLongLong(get(context.compiled, s_epoch).ptr());
+  if (epoch == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (epoch != fast.epoch) return false;
+  context.recording = truthy(get(objects_of(context.npu).bus, s_active));
+  return !(context.recording && fast.fields.is_none());
+}
+
+// Launch the kernels of learned launch ``fast`` on ``stream`` (after their outputs' memory).
+// ``launch``: the engine's launch_kernel, taken before any callback (one may run Python that
+// meets another device).
+void launch_kernels(const FastLaunch& fast, const py::object& launch, const py::object& stream,
+                    const LaunchContext& context) {
+  const py::object attrs = context.recording ? get(context.compiled, s_attrs) : py::none();
+  PyObject* kernels = fast.kernels.ptr();
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
+    PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
+    launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), fast.name.ptr(),
+                  PyTuple_GET_ITEM(kernel, 1), context.recording, fast.fields.ptr(), attrs);
+  }
+}
+
 // Do learned launch ``fast`` for this call: the kernels before the outputs' memory (temporary
 // TransData), device memory for each fresh output, then each kernel, as
 // backend._finish_native does. False, with nothing done, when the state is outside
 // what was learned.
 bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host) {
-  if (!get(state, s_capture).is_none()) return false;
-  const py::object npu = get(state, s_npu);
-  if (!get(npu, s_l2).is_none()) return false;
-  const py::object compiled = get(state, s_compiled);
-  if (!compiled.is(fast.compiled)) return false;
-  const long long epoch = PyLong_AsLongLong(get(compiled, s_epoch).ptr());
-  if (epoch == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if (epoch != fast.epoch) return false;
-  const DeviceObjects& device = objects_of(npu);
-  const bool recording = truthy(get(device.bus, s_active));
-  if (recording && fast.fields.is_none()) return false;
+  LaunchContext context;
+  if (!launch_context(fast, state, context)) return false;
   if (!fast.formats.is_none() &&
       PyTuple_GET_SIZE(fast.formats.ptr()) != static_cast<Py_ssize_t>(host.storages.size())) {
     return false;
   }
+  const DeviceObjects& device = objects_of(context.npu);
+  const bool recording = context.recording;
+  const py::object compiled = context.compiled;
   const py::object stream = get(state, s_stream);
   // copies: a callback may run Python that meets another device
   const py::object hold = device.hold;
@@ -1021,13 +1054,8 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
       }
     }
   }
-  if (!fast.formats.is_none()) tag_formats(fast, device, stream, host);
-  PyObject* kernels = fast.kernels.ptr();
-  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
-    PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
-    launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), fast.name.ptr(),
-                  PyTuple_GET_ITEM(kernel, 1), recording, fast.fields.ptr(), attrs);
-  }
+  if (!fast.formats.is_none()) tag_formats(fast, device, stream, host.storages);
+  launch_kernels(fast, launch, stream, context);
   return true;
 }
 
@@ -1217,6 +1245,8 @@ constexpr size_t kTextLimit = 65536;
 
 // The shapes and dtypes texts of the tensors the op gets positionally in Python (the recorder's
 // _arg_shapes: "2,3;3" and "float32;float32"); wrapped numbers are Python numbers there.
+const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at::Tensor*>& shown);
+
 const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchema& schema,
                                                         const std::vector<c10::IValue>& arguments) {
   const size_t positional = positional_count(schema, arguments);
@@ -1226,6 +1256,11 @@ const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchem
     const at::Tensor& t = arguments[i].toTensor();
     if (t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) shown.push_back(&t);
   }
+  return tensor_texts(shown);
+}
+
+// The shapes and dtypes texts of tensors ``shown``, in order (cached by their sizes and dtypes).
+const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at::Tensor*>& shown) {
   std::string key;
   for (const at::Tensor* t : shown) put_tensor(key, *t);
   auto found = arg_texts.find(key);
@@ -1307,12 +1342,28 @@ class HostOp {
   // Open the host op of ``entry`` called with ``arguments`` (after can_open).
   void open(const py::object& state, const py::object& observer, const OpEntry& entry,
             const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments) {
+    open_texts(state, observer, entry.name,
+               [&]() -> const auto& { return argument_texts(schema, arguments); });
+  }
+
+  // Open host op ``name`` whose arguments are tensors ``shown`` (after can_open).
+  void open_tensors(const py::object& state, const py::object& observer, const py::object& name,
+                    const std::vector<const at::Tensor*>& shown) {
+    open_texts(state, observer, name, [&]() -> const auto& { return tensor_texts(shown); });
+  }
+
+ private:
+  // Open host op ``name``; ``texts()`` gives its arguments' shapes and dtypes texts (asked only
+  // while recording).
+  template <typename Texts>
+  void open_texts(const py::object& state, const py::object& observer, const py::object& name,
+                  Texts texts) {
     if (nested_) return;
     clock_ = get(observer, s_clock);
     if (!truthy(get(observer, s_recording))) {
       call_method(sink_, s_op_close, {});
     } else {
-      const auto& [shapes, dtypes] = argument_texts(schema, arguments);
+      const auto& [shapes, dtypes] = texts();
       const py::object start = call(clock_, {});
       const py::object thread = thread_value(observer);
       const py::object modules = get(observer, s_modules);
@@ -1320,7 +1371,7 @@ class HostOp {
       const py::object instance_path = get(modules, s_instance_path);
       const py::int_ sequence(sequence_number());
       call_method(sink_, s_op_begin,
-                  {entry.name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
+                  {name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
                    class_path.ptr(), sequence.ptr(), instance_path.ptr(), no_stack});
     }
     const py::int_ inside(1);
@@ -1328,6 +1379,7 @@ class HostOp {
     state_ = state;
   }
 
+ public:
   // The op returned (or raised): the adapter state's depth back, the host op's row.
   void close() {
     if (!state_) return;
@@ -1448,13 +1500,41 @@ std::unordered_map<std::string, py::object> python_factories;
 PyObject* empty_tag = nullptr;
 PyObject* empty_strided_tag = nullptr;
 
+// A new npu tensor of ``sizes``, ``strides`` (none negative) and ``dtype``, made as
+// tensors.new_tensor makes it: device memory held first under ``tag`` (so a request the device
+// cannot hold fails as an npu out-of-memory error before host memory is touched), then the host
+// tensor (``host``), adopted (``storage``: its storage's Python object).
+at::Tensor new_npu_tensor(const py::object& state, const std::vector<int64_t>& sizes,
+                          const std::vector<int64_t>& strides, at::ScalarType dtype,
+                          PyObject* tag, at::Tensor& host, py::object& storage) {
+  int64_t elements = 1;  // what the storage spans: tensors.new_tensor's count
+  bool none = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    none = none || sizes[i] == 0;
+    elements += (sizes[i] - 1) * strides[i];
+  }
+  if (none) elements = 0;
+  const DeviceObjects& device = objects_of(get(state, s_npu));
+  const py::object stream_id = get(get(state, s_stream), s_stream_id);
+  py::object held;
+  try {
+    const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
+    held = call(device.hold, {size.ptr(), stream_id.ptr(), tag});
+  } catch (py::error_already_set& error) {
+    if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
+    throw;
+  }
+  host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
+  at::Tensor out = adopt(host, storage);
+  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
+  return out;
+}
+
 // A new npu tensor for ``torch.empty`` (``empty.memory_format``, contiguous) or
-// ``torch.empty_strided``, made as tensors.new_tensor makes it: device memory held first under
-// the op's name (so a request the device cannot hold fails as an npu out-of-memory error
-// before host memory is touched), then the host tensor, adopted. False, with nothing done,
-// outside the plain case: no adapter state, a graph being captured, numerics "none" or the
-// Python path chosen, symbolic or negative sizes or strides, a memory format other than
-// contiguous.
+// ``torch.empty_strided`` (new_npu_tensor, its memory held under the op's name). False, with
+// nothing done, outside the plain case: no adapter state, a graph being captured, numerics
+// "none" or the Python path chosen, symbolic or negative sizes or strides, a memory format
+// other than contiguous.
 bool make_factory(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments,
                   torch::jit::Stack* stack) {
   if (!kernel_direct) return false;
@@ -1482,38 +1562,32 @@ bool make_factory(const c10::FunctionSchema& schema, const std::vector<c10::IVal
       running *= std::max<int64_t>(sizes[i], 1);
     }
   }
-  int64_t elements = 1;  // what the storage spans: tensors.new_tensor's count
-  bool none = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] < 0 || strides[i] < 0) return false;
-    none = none || sizes[i] == 0;
-    elements += (sizes[i] - 1) * strides[i];
   }
-  if (none) elements = 0;
   const c10::IValue& dtype_value = arguments[strided ? 2 : 1];
   const at::ScalarType dtype = dtype_value.isNone()
                                    ? c10::typeMetaToScalarType(c10::get_default_dtype())
                                    : dtype_value.toScalarType();
-  const DeviceObjects& device = objects_of(get(state, s_npu));
-  const py::object stream_id = get(get(state, s_stream), s_stream_id);
-  py::object held;
-  try {
-    const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
-    held = call(device.hold, {size.ptr(), stream_id.ptr(), strided ? empty_strided_tag : empty_tag});
-  } catch (py::error_already_set& error) {
-    if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
-    throw;
-  }
-  const at::Tensor host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
+  at::Tensor host;
   py::object storage;
-  at::Tensor out = adopt(host, storage);
-  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
-  torch::jit::push(stack, std::move(out));
+  torch::jit::push(stack, new_npu_tensor(state, sizes, strides, dtype,
+                                         strided ? empty_strided_tag : empty_tag, host, storage));
   return true;
 }
 
 // The PrivateUse1 kernel of the factories install_factories() registers: made here in the
 // plain case, else by their Python kernels.
+// Call Python kernel ``kernel`` of ``op`` with ``arguments`` as torch hands them to a Python
+// kernel, its result pushed on ``stack``; throws the Python error.
+void call_python_kernel(const py::object& kernel, const c10::OperatorHandle& op,
+                        const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack) {
+  auto [args, kwargs] = python_arguments(op.schema(), arguments);
+  PyObject* out = PyObject_Call(kernel.ptr(), args.ptr(), kwargs.ptr());
+  if (out == nullptr) throw python_error();
+  push_python_result(op, stack, py::reinterpret_steal<py::object>(out));
+}
+
 void npu_factory(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   const c10::FunctionSchema& schema = op.schema();
@@ -1523,10 +1597,7 @@ void npu_factory(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto found = python_factories.find(schema.overload_name());
     TORCH_CHECK(found != python_factories.end(), "the npu device is shut down: ",
                 op.operator_name(), " ran after exit");
-    auto [args, kwargs] = python_arguments(schema, arguments);
-    PyObject* out = PyObject_Call(found->second.ptr(), args.ptr(), kwargs.ptr());
-    if (out == nullptr) throw python_error();
-    push_python_result(op, stack, py::reinterpret_steal<py::object>(out));
+    call_python_kernel(found->second, op, arguments, stack);
   } catch (py::error_already_set& error) {
     error.restore();
     throw python_error();
@@ -1545,6 +1616,154 @@ void install_factories(py::object empty, py::object empty_strided) {
                                   __FILE__, __LINE__);
   aten->impl("empty.memory_format", torch::CppFunction::makeFromBoxedFunction<&npu_factory>());
   aten->impl("empty_strided", torch::CppFunction::makeFromBoxedFunction<&npu_factory>());
+}
+
+// ---- casts on the device -------------------------------------------------------------------
+
+//: kernels.to_copy, the Python kernel of aten::_to_copy: every call outside the learned cast
+py::object python_to_copy;
+
+// The dtype an aten::_to_copy call (self, dtype, layout, device, pin_memory, non_blocking,
+// memory_format) casts a contiguous npu tensor to on the npu, keeping its strides (the case
+// kernels.to_copy learns); nullopt for any other call (another device, layout or memory format,
+// pinned memory, no dtype change, a strided source).
+std::optional<at::ScalarType> device_cast_dtype(const std::vector<c10::IValue>& arguments) {
+  if (arguments.size() != 7 || !arguments[0].isTensor() || arguments[1].isNone()) {
+    return std::nullopt;
+  }
+  const at::Tensor& src = arguments[0].toTensor();
+  if (!src.defined() || src.device().type() != c10::DeviceType::PrivateUse1 ||
+      !src.is_contiguous()) {
+    return std::nullopt;
+  }
+  const at::ScalarType dtype = arguments[1].toScalarType();
+  const c10::IValue& layout = arguments[2];
+  const c10::IValue& device = arguments[3];
+  const c10::IValue& pinned = arguments[4];
+  const c10::IValue& format = arguments[6];
+  const bool other_device =
+      !device.isNone() && (device.toDevice().type() != c10::DeviceType::PrivateUse1 ||
+                           (device.toDevice().has_index() && device.toDevice().index() != 0));
+  if (dtype == src.scalar_type() || other_device ||
+      (!layout.isNone() && layout.toLayout() != c10::kStrided) ||
+      (!pinned.isNone() && pinned.toBool()) ||
+      (!format.isNone() && format.toMemoryFormat() != c10::MemoryFormat::Preserve)) {
+    return std::nullopt;
+  }
+  return dtype;
+}
+
+// The key a cast's launch is learned by: its source's dtype, sizes and storage format (as
+// put_format gives it) and the dtype it is cast to; ``host``: the source's host view. False
+// when the source is outside the plain case or its format cannot be read.
+bool cast_key(const at::Tensor& src, at::ScalarType dtype, at::Tensor& host, std::string& key) {
+  Unwrapper unwrap;
+  if (!unwrap.host_value(src, host) || !unwrap.formats_known) return false;
+  put(key, -3);  // no op id
+  put_tensor(key, src);
+  put(key, static_cast<int64_t>(dtype));
+  key.append(unwrap.formats);
+  return true;
+}
+
+// Run an npu -> npu dtype cast here once its launch is learned (learn_cast), as kernels.to_copy
+// runs it: the result made as empty_strided makes it, in the source's strides, and tagged with
+// the source's private format where the cast keeps it; then the aten::copy_ host op around the
+// Cast kernel's launch and the values cast on the host. False, with nothing done, for any
+// other call or state (numerics "none", a graph capture, measured host time, a dispatch mode,
+// an observer other than the recorder with its row sink, a launch not learned or learned in
+// another state).
+bool run_cast(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack) {
+  if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) {
+    return false;
+  }
+  const auto dtype = device_cast_dtype(arguments);
+  if (!dtype.has_value()) return false;
+  const py::object state = get(runtime_module, s_state);
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
+    return false;
+  }
+  const at::Tensor& src = arguments[0].toTensor();
+  at::Tensor src_host;
+  std::string key;
+  if (!cast_key(src, *dtype, src_host, key)) return false;
+  const auto found = fast_launches.find(key);
+  if (found == fast_launches.end()) return false;
+  // held: the allocator's and engine's callbacks run Python, which may learn() meanwhile
+  const std::shared_ptr<const FastLaunch> fast = found->second;
+  LaunchContext context;
+  if (!launch_context(*fast, state, context)) return false;
+  const py::object observer = get(state, s_observer);
+  HostOp host_op;
+  if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
+  const py::object launch = objects_of(context.npu).launch;
+  const py::object stream = get(state, s_stream);
+  at::Tensor host;
+  std::vector<std::pair<py::object, int64_t>> storages(1);
+  const at::Tensor dst = new_npu_tensor(state, src.sizes().vec(), src.strides().vec(), *dtype,
+                                        empty_strided_tag, host, storages[0].first);
+  if (!fast->formats.is_none()) tag_formats(*fast, objects_of(context.npu), stream, storages);
+  ++host_runs;
+  ++learned_launches;
+  ++direct_runs;
+  if (!observer.is_none()) {
+    host_op.open_tensors(state, observer, fast->name, {&src, &dst});
+    ++recorded_runs;
+  }
+  try {
+    launch_kernels(*fast, launch, stream, context);
+    host.copy_(src_host);
+  } catch (...) {
+    host_op.close();
+    throw;
+  }
+  host_op.close();
+  torch::jit::push(stack, dst);
+  return true;
+}
+
+// The PrivateUse1 kernel of aten::_to_copy: a learned cast on the device here, anything else
+// by kernels.to_copy.
+void npu_cast_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  std::vector<c10::IValue> arguments = torch::jit::pop(*stack, op.schema().arguments().size());
+  try {
+    if (run_cast(arguments, stack)) return;
+    TORCH_CHECK(python_to_copy, "the npu device is shut down: ", op.operator_name(),
+                " ran after exit");
+    call_python_kernel(python_to_copy, op, arguments, stack);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    throw python_error();
+  }
+}
+
+// Register npu_cast_kernel as the PrivateUse1 kernel of aten::_to_copy, whose Python kernel is
+// ``to_copy``. Once per process, after install_kernels().
+void install_cast(py::object to_copy) {
+  TORCH_CHECK(runtime_module, "install_kernels() first");
+  TORCH_CHECK(!python_to_copy, "the npu cast is installed already");
+  python_to_copy = std::move(to_copy);
+  auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                  __FILE__, __LINE__);
+  aten->impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<&npu_cast_kernel>());
+}
+
+// Teach run_cast the launch of casting npu tensor ``src`` to ``dtype`` (kernels.to_copy, after
+// running it): ``kernels``, ``fields``, ``name``, ``compiled``, ``epoch`` and the result's
+// ``formats`` as learn() takes them. False, with nothing learned, when ``src`` is outside the
+// plain case.
+bool learn_cast(const at::Tensor& src, py::object dtype, py::tuple kernels, py::object fields,
+                py::object name, py::object compiled, int64_t epoch, py::object formats) {
+  if (!THPDtype_Check(dtype.ptr())) return false;
+  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+  at::Tensor host;
+  std::string key;
+  if (!fast_enabled || !cast_key(src, scalar_type, host, key)) return false;
+  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
+  fast_launches[key] = std::make_shared<const FastLaunch>(
+      FastLaunch{kernels, fields, name, compiled, epoch, formats, py::tuple()});
+  return true;
 }
 
 // Register npu_kernel as the PrivateUse1 backend fallback and as the PrivateUse1 kernel of
@@ -1764,6 +1983,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     python_fallback = py::object();
     python_finish = py::object();
     python_factories.clear();
+    python_to_copy = py::object();
     runtime_module = py::object();
   }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
@@ -1783,6 +2003,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("foreach_route", &foreach_route, "Whether a foreach call takes the fast route.");
   m.def("install_factories", &install_factories,
         "Register the npu kernel of empty and empty_strided (once).");
+  m.def("install_cast", &install_cast, "Register the npu kernel of _to_copy (once).");
+  m.def("learn_cast", &learn_cast, "Teach the compiled cast the launch of an npu cast.");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
   m.def("counts",
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
