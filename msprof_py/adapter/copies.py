@@ -74,18 +74,28 @@ def _cast_kernel(state: AdapterState, src: torch.Tensor, dst: torch.Tensor, op_t
     )
 
 
+def _teachable(state: AdapterState) -> bool:
+    """Whether a copy's launch may be taught to the compiled path in ``state``: it is built and
+    chosen, and nothing the launch would depend on beyond the tensors is in play (a graph
+    capture, measured host time, L2 modelling, numerics "none")."""
+    return (
+        backend.NATIVE is not None
+        and state.native
+        and not state.measured
+        and state.capture is None
+        and state.npu.l2 is None
+    )
+
+
 def learn_cast(src: torch.Tensor, dst: torch.Tensor) -> None:
     """Teach the compiled cast (``backend.NATIVE``) what casting npu tensor ``src`` into
     ``dst``, just done by ``kernels.to_copy`` in ``src``'s strides, launched: its Cast kernel and
     the private format ``dst`` kept; it then runs such casts itself with the same timeline. Not
     taught where the launch depends on more than the source's sizes, dtype and format and the
-    dtype cast to: a graph capture, measured host time, L2 modelling, numerics "none", or a
-    source read through a TransData."""
+    dtype cast to (:func:`_teachable`), or for a source read through a TransData."""
     native = backend.NATIVE
     state = runtime.state()
-    if native is None or not state.native or state.measured or state.capture is not None:
-        return
-    if state.npu.l2 is not None:
+    if native is None or not _teachable(state):
         return
     src_fmt, dst_fmt = storage_format(src), storage_format(dst)
     if src_fmt != dst_fmt:  # read through a TransData (a format dst could not keep)
@@ -99,6 +109,21 @@ def learn_cast(src: torch.Tensor, dst: torch.Tensor) -> None:
     native.learn_cast(
         src, dst.dtype, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch, formats
     )
+
+
+def learn_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Teach the compiled copy (``backend.NATIVE``) what copying npu tensor ``src`` into npu
+    tensor ``dst`` by a kernel, just done by ``kernels.copy_from``, launched: a ViewCopy (or a
+    Cast between dtypes). The compiled side learns only copies by a kernel between tensors in
+    no private format (a plain D2D copy is a DMA task; a private format, a TransData first)."""
+    native = backend.NATIVE
+    state = runtime.state()
+    if native is None or not _teachable(state):
+        return
+    op_type = "Cast" if src.dtype != dst.dtype else "ViewCopy"
+    kernels = ((_copy_kernel_cost(state, src, dst), op_type),)
+    compiled = state.compiled
+    native.learn_copy(src, dst, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch)
 
 
 def _d2d_copy_cost(state: AdapterState, nbytes: int) -> costmodel.KernelCost:

@@ -72,7 +72,10 @@ def efficient_zero_tensor(
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     """``aten::_copy_from``: the copy between npu and host memory behind ``copy_``."""
-    return copies.copy(src, dst, non_blocking)
+    copies.copy(src, dst, non_blocking)
+    if src.device.type == dst.device.type == "npu":
+        copies.learn_copy(src, dst)
+    return dst
 
 
 def copy_from_and_resize(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -318,9 +321,10 @@ def register() -> None:
     if backend.NATIVE is not None:
         # made in compiled code in the plain case, by these kernels otherwise
         backend.NATIVE.install_factories(empty_memory_format, empty_strided)
-        # casts on the device once learned (copies.learn_cast), by to_copy otherwise
-        backend.NATIVE.install_cast(to_copy)
-        del explicit["_to_copy"]
+        # casts and copies on the device once learned (copies.learn_cast, learn_copy), by
+        # to_copy and copy_from otherwise
+        backend.NATIVE.install_copies(to_copy, copy_from)
+        del explicit["_to_copy"], explicit["_copy_from"]
     else:
         explicit.update(
             {"empty.memory_format": empty_memory_format, "empty_strided": empty_strided}

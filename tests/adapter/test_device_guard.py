@@ -153,13 +153,17 @@ def test_the_compiled_guard_answers_as_the_python_guard_does(tmp_path: Path) -> 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads through /proc")
 def test_the_exit_waits_for_autograds_npu_thread_only_once_it_exists() -> None:
     code = """
-        import torch, msprof_py.adapter
+        import time, torch, msprof_py.adapter
         from msprof_py.adapter.registration import autograd_device_threads_started
         msprof_py.adapter.install()
         x = torch.ones(4, device="npu", requires_grad=True)
         y = (x * 2).sum()
         print(autograd_device_threads_started())
         y.backward()
+        for _ in range(500):  # torch starts them as the backward begins; each names itself
+            if autograd_device_threads_started():
+                break
+            time.sleep(0.01)
         print(autograd_device_threads_started())
     """
     out = subprocess.run(

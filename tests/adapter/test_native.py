@@ -832,3 +832,54 @@ def test_a_recorded_cast_is_the_same_host_op_on_both_paths(tmp_path: Path) -> No
     ops = [row[:3] for row in rows[True] if row[3] == "op"]
     assert ops == [("aten::copy_", "4,6;4,6", "float32;float16")] * 2
     assert len(rows[True]) == 4  # and each one's launch
+
+
+def _copies_program() -> list[torch.Tensor]:
+    """Copies between npu tensors by a kernel: a transpose made contiguous, a slice written,
+    a copy between dtypes, a broadcast; and those the compiled copy leaves to Python: a plain
+    copy (a DMA task) and a copy out of an NC1HWC0 tensor (a TransData first)."""
+    x = _x()
+    target = _npu(4, 6, seed=3)
+    target[:, :2] = x[:, 4:]
+    wide = torch.empty(6, 4, device="npu")
+    conv_out = torch.nn.functional.conv2d(_npu(1, 2, 5, 5), _npu(4, 2, 3, 3))
+    return [
+        x.t().contiguous(),
+        target,
+        torch.empty(4, 6, dtype=torch.float16, device="npu").copy_(x),
+        torch.empty(3, 4, 6, device="npu").copy_(x),
+        wide.copy_(_y().view(6, 4)),
+        torch.empty(1, 4, 3, 3, device="npu").copy_(conv_out),
+    ]
+
+
+@needs_native
+def test_copies_between_npu_tensors_run_without_python_once_learned() -> None:
+    """``dst.copy_(src)`` between npu tensors by a kernel (ViewCopy, Cast) is run by the
+    compiled kernel once Python has run it once: the same values, tasks and memory records as
+    on the Python path, and no Python frame."""
+    _device_records(_copies_program, use_native=False)
+    python_value, python_records, _ = _device_records(_copies_program, use_native=False)
+    learned: list[int] = []
+    for _ in range(2):
+        native_value, native_records, _ = _device_records(_copies_program, True, learned)
+        _same(python_value, native_value)
+        assert native_records == python_records
+    assert learned[1] >= 4
+    op_types = {r[2] for r in python_records if r[0] == "task" and r[1] == "aten::copy_"}
+    assert {"ViewCopy", "Cast"} <= op_types
+    x = _x()
+    x.t().contiguous()  # learned (or already known)
+    adapter_frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    sys.setprofile(profile)
+    try:
+        made = x.t().contiguous()
+    finally:
+        sys.setprofile(None)
+    assert adapter_frames == []
+    assert torch.equal(made.cpu(), x.cpu().t().contiguous())

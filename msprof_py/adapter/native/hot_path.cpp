@@ -64,7 +64,7 @@ bool register_npu_device();
 namespace {
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 17;
+constexpr int kAbiVersion = 18;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1738,15 +1738,111 @@ void npu_cast_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
-// Register npu_cast_kernel as the PrivateUse1 kernel of aten::_to_copy, whose Python kernel is
-// ``to_copy``. Once per process, after install_kernels().
-void install_cast(py::object to_copy) {
+//: kernels.copy_from, the Python kernel of aten::_copy_from: every call outside the learned copy
+py::object python_copy_from;
+
+// The key the launch of copying npu tensor ``src`` into npu tensor ``dst`` by a kernel (a
+// ViewCopy, or a Cast between dtypes) is learned by: both tensors' dtypes and sizes; ``*_host``
+// their host views. False when either is outside the plain case or held in a private format
+// (the copy then converts it with a TransData first), or when the copy is a plain one (same
+// dtype and sizes, both contiguous: a D2D DMA task rather than a kernel).
+bool copy_key(const at::Tensor& src, const at::Tensor& dst, at::Tensor& src_host,
+              at::Tensor& dst_host, std::string& key) {
+  if (src.scalar_type() == dst.scalar_type() && src.sizes() == dst.sizes() &&
+      src.is_contiguous() && dst.is_contiguous()) {
+    return false;
+  }
+  Unwrapper unwrap;
+  if (!unwrap.host_value(src, src_host) || !unwrap.host_value(dst, dst_host) ||
+      unwrap.formatted) {
+    return false;
+  }
+  put(key, -4);  // no op id
+  put_tensor(key, src);
+  put_tensor(key, dst);
+  return true;
+}
+
+// Run a copy between npu tensors by a kernel (``aten::_copy_from(src, dst, non_blocking)``, what
+// ``dst.copy_(src)`` calls) here once its launch is learned (learn_copy), as kernels.copy_from
+// runs it: the aten::copy_ host op around the kernel's launch and the values copied on the
+// host. False, with nothing done, for any other call or state (as run_cast).
+bool run_copy(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack) {
+  if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
+      arguments.size() != 3 || !arguments[0].isTensor() || !arguments[1].isTensor()) {
+    return false;
+  }
+  const at::Tensor& src = arguments[0].toTensor();
+  const at::Tensor& dst = arguments[1].toTensor();
+  const auto on_npu = [](const at::Tensor& t) {
+    return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+  };
+  if (!on_npu(src) || !on_npu(dst)) return false;
+  const py::object state = get(runtime_module, s_state);
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
+    return false;
+  }
+  at::Tensor src_host;
+  at::Tensor dst_host;
+  std::string key;
+  if (!copy_key(src, dst, src_host, dst_host, key)) return false;
+  const auto found = fast_launches.find(key);
+  if (found == fast_launches.end()) return false;
+  const std::shared_ptr<const FastLaunch> fast = found->second;
+  LaunchContext context;
+  if (!launch_context(*fast, state, context)) return false;
+  const py::object observer = get(state, s_observer);
+  HostOp host_op;
+  if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
+  const py::object launch = objects_of(context.npu).launch;
+  const py::object stream = get(state, s_stream);
+  ++host_runs;
+  ++learned_launches;
+  ++direct_runs;
+  if (!observer.is_none()) {
+    host_op.open_tensors(state, observer, fast->name, {&src, &dst});
+    ++recorded_runs;
+  }
+  try {
+    launch_kernels(*fast, launch, stream, context);
+    dst_host.copy_(src_host);
+  } catch (...) {
+    host_op.close();
+    throw;
+  }
+  host_op.close();
+  torch::jit::push(stack, dst);
+  return true;
+}
+
+// The PrivateUse1 kernel of aten::_copy_from: a learned copy on the device here, anything else
+// by kernels.copy_from.
+void npu_copy_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  std::vector<c10::IValue> arguments = torch::jit::pop(*stack, op.schema().arguments().size());
+  try {
+    if (run_copy(arguments, stack)) return;
+    TORCH_CHECK(python_copy_from, "the npu device is shut down: ", op.operator_name(),
+                " ran after exit");
+    call_python_kernel(python_copy_from, op, arguments, stack);
+  } catch (py::error_already_set& error) {
+    error.restore();
+    throw python_error();
+  }
+}
+
+// Register npu_cast_kernel as the PrivateUse1 kernel of aten::_to_copy and npu_copy_kernel as
+// that of aten::_copy_from, whose Python kernels are ``to_copy`` and ``copy_from``. Once per
+// process, after install_kernels().
+void install_copies(py::object to_copy, py::object copy_from) {
   TORCH_CHECK(runtime_module, "install_kernels() first");
-  TORCH_CHECK(!python_to_copy, "the npu cast is installed already");
+  TORCH_CHECK(!python_to_copy, "the npu copies are installed already");
   python_to_copy = std::move(to_copy);
+  python_copy_from = std::move(copy_from);
   auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                   __FILE__, __LINE__);
   aten->impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<&npu_cast_kernel>());
+  aten->impl("_copy_from", torch::CppFunction::makeFromBoxedFunction<&npu_copy_kernel>());
 }
 
 // Teach run_cast the launch of casting npu tensor ``src`` to ``dtype`` (kernels.to_copy, after
@@ -1763,6 +1859,21 @@ bool learn_cast(const at::Tensor& src, py::object dtype, py::tuple kernels, py::
   if (fast_launches.size() >= kFastLimit) fast_launches.clear();
   fast_launches[key] = std::make_shared<const FastLaunch>(
       FastLaunch{kernels, fields, name, compiled, epoch, formats, py::tuple()});
+  return true;
+}
+
+// Teach run_copy the launch of copying npu tensor ``src`` into npu tensor ``dst`` by a kernel
+// (kernels.copy_from, after running it), as learn_cast takes it (no formats: neither tensor is
+// held in one). False, with nothing learned, when the copy is outside the case run_copy runs.
+bool learn_copy(const at::Tensor& src, const at::Tensor& dst, py::tuple kernels,
+                py::object fields, py::object name, py::object compiled, int64_t epoch) {
+  at::Tensor src_host;
+  at::Tensor dst_host;
+  std::string key;
+  if (!fast_enabled || !copy_key(src, dst, src_host, dst_host, key)) return false;
+  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
+  fast_launches[key] = std::make_shared<const FastLaunch>(
+      FastLaunch{kernels, fields, name, compiled, epoch, py::none(), py::tuple()});
   return true;
 }
 
@@ -1984,6 +2095,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     python_finish = py::object();
     python_factories.clear();
     python_to_copy = py::object();
+    python_copy_from = py::object();
     runtime_module = py::object();
   }));
   m.def("register_op", &register_op, "Register an op overload; its id, or -1.");
@@ -2003,8 +2115,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("foreach_route", &foreach_route, "Whether a foreach call takes the fast route.");
   m.def("install_factories", &install_factories,
         "Register the npu kernel of empty and empty_strided (once).");
-  m.def("install_cast", &install_cast, "Register the npu kernel of _to_copy (once).");
+  m.def("install_copies", &install_copies,
+        "Register the npu kernels of _to_copy and _copy_from (once).");
   m.def("learn_cast", &learn_cast, "Teach the compiled cast the launch of an npu cast.");
+  m.def("learn_copy", &learn_copy, "Teach the compiled copy the launch of an npu copy.");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
   m.def("counts",
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
