@@ -129,6 +129,9 @@ def _training_until_ready(tmp_path: Path, new_session: bool = False) -> subproce
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=new_session,
+        # as from a terminal's foreground: a shell's background job (``make test &``) starts
+        # its commands with SIGINT ignored, which the run (like any Python) would then keep
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert child.stdout is not None
     deadline = time.time() + 120
