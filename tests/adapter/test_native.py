@@ -883,3 +883,29 @@ def test_copies_between_npu_tensors_run_without_python_once_learned() -> None:
         sys.setprofile(None)
     assert adapter_frames == []
     assert torch.equal(made.cpu(), x.cpu().t().contiguous())
+
+
+@needs_native
+def test_a_foreach_ops_scalars_are_in_its_key_only_as_ints() -> None:
+    """A foreach op's ``Scalar[]`` (Adam's bias corrections, a new float each step) keeps a
+    learned launch when its floats change, as the Python path's compile key leaves floats out;
+    a list of ints is an attribute: other ints are a key of their own."""
+    state = runtime.STATE
+    assert state is not None
+    tensors_ = [_npu(4, 6, seed=5), _npu(3, seed=6)]
+    for scale in (0.5, 0.25):  # seen by Python, then learned
+        torch._foreach_div_(tensors_, [scale, 2 * scale])
+    values = [t.cpu() for t in tensors_]
+    _, python_frames, counted = _watched(lambda: torch._foreach_div_(tensors_, [0.125, 4.0]))
+    assert python_frames == []
+    assert counted[1] == 1  # launched by the compiled path
+    for got, before, scale in zip(tensors_, values, (0.125, 4.0), strict=True):
+        assert torch.equal(got.cpu(), before / scale)
+    floats = [_npu(2, 3, seed=7), _npu(5, seed=8)]  # ints beside float tensors: the fast route
+    for _ in range(2):
+        torch._foreach_add(floats, [1, 2])
+    before_keys = set(state.compiled.keys)
+    _, python_frames, _ = _watched(lambda: torch._foreach_add(floats, [3, 4]))
+    added = set(state.compiled.keys) - before_keys
+    assert "finish_call" in python_frames  # other ints: Python finishes and learns
+    assert [key[1] for key in added] == [((3, 4),)]

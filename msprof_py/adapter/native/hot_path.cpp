@@ -800,6 +800,18 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
       put(key, 6);
       put(key, static_cast<int64_t>(text.size()));
       key.append(text);
+    } else if (a.isDoubleList()) {
+      continue;  // floats: never attributes
+    } else if (a.isList()) {
+      // a Scalar[] (a foreach op's scalars): an attribute when it holds only ints, as a tuple of
+      // them (compile_cache.attributes); with a float, a bool or nothing in it, none
+      const auto items = a.toListRef();
+      const bool ints = !items.empty() && std::all_of(items.begin(), items.end(),
+                                                      [](const c10::IValue& x) { return x.isInt(); });
+      if (!ints) continue;
+      put(key, 4);
+      put(key, static_cast<int64_t>(items.size()));
+      for (const c10::IValue& x : items) put(key, x.toInt());
     } else {
       return false;
     }
