@@ -432,6 +432,22 @@ def _watched(fn: Callable[[], object]) -> tuple[object, list[str], tuple[int, ..
     return result, frames, tuple(a - b for a, b in zip(after, before, strict=True))
 
 
+def _adapter_frames(fn: Callable[[], object]) -> tuple[object, list[str]]:
+    """``fn()`` and the functions of msprof_py's Python it entered meanwhile."""
+    frames: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
+            frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
+
+    sys.setprofile(profile)
+    try:
+        result = fn()
+    finally:
+        sys.setprofile(None)
+    return result, frames
+
+
 @needs_native
 def test_an_output_mask_is_part_of_a_learned_launchs_key() -> None:
     """native_batch_norm_backward's output mask (a list of bools, an attribute) is in the key:
@@ -711,18 +727,9 @@ def test_factories_are_made_without_python_as_on_the_python_path() -> None:
     _same(python_value, native_value)
     assert native_records == python_records
     assert [r[4] for r in native_records if r[0] == "memory"][:2] == ["aten::empty"] * 2
-    adapter_frames: list[str] = []
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
-            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
-
-    sys.setprofile(profile)
-    try:
-        torch.empty_strided((5, 2), (2, 1), device="npu")
-        torch.empty(7, device="npu")
-    finally:
-        sys.setprofile(None)
+    _, adapter_frames = _adapter_frames(
+        lambda: (torch.empty_strided((5, 2), (2, 1), device="npu"), torch.empty(7, device="npu"))
+    )
     assert adapter_frames == []
     errors = []
     state = runtime.STATE
@@ -784,18 +791,9 @@ def test_casts_on_the_device_run_without_python_once_learned() -> None:
     weight = torch.nn.Conv2d(2, 4, 3).to("npu").weight.detach()
     torch.conv2d(_npu(1, 2, 5, 5), weight)  # the weight converted to FRACTAL_Z
     weight.half()  # learned (or already known)
-    half, adapter_frames = None, []
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
-            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
-
-    sys.setprofile(profile)
-    try:
-        half = weight.half()
-    finally:
-        sys.setprofile(None)
+    half, adapter_frames = _adapter_frames(weight.half)
     assert adapter_frames == []
+    assert isinstance(half, torch.Tensor)
     assert torch.equal(half.cpu(), weight.cpu().half())
     assert storage_format(half) == storage_format(weight)
 
@@ -870,18 +868,9 @@ def test_copies_between_npu_tensors_run_without_python_once_learned() -> None:
     assert {"ViewCopy", "Cast"} <= op_types
     x = _x()
     x.t().contiguous()  # learned (or already known)
-    adapter_frames: list[str] = []
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        if event == "call" and "msprof_py" in frame.f_code.co_filename:  # type: ignore[attr-defined]
-            adapter_frames.append(frame.f_code.co_name)  # type: ignore[attr-defined]
-
-    sys.setprofile(profile)
-    try:
-        made = x.t().contiguous()
-    finally:
-        sys.setprofile(None)
+    made, adapter_frames = _adapter_frames(lambda: x.t().contiguous())
     assert adapter_frames == []
+    assert isinstance(made, torch.Tensor)
     assert torch.equal(made.cpu(), x.cpu().t().contiguous())
 
 

@@ -1678,6 +1678,71 @@ bool cast_key(const at::Tensor& src, at::ScalarType dtype, at::Tensor& host, std
   return true;
 }
 
+// The adapter state when a cast or copy may run here (the compiled kernels and learned launches
+// on, no dispatch mode, modelled host time, numerics other than "none"); None otherwise.
+py::object copy_state() {
+  if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) {
+    return py::none();
+  }
+  py::object state = get(runtime_module, s_state);
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
+    return py::none();
+  }
+  return state;
+}
+
+// A learned cast or copy done here: its launch, and what doing it for the adapter state takes.
+class DeviceCopy {
+ public:
+  // Take the launch learned by ``key``; false when there is none, the state is outside what it
+  // covers (launch_context) or the observer is one the compiled host op cannot stand for.
+  bool find(const std::string& key, const py::object& state) {
+    const auto found = fast_launches.find(key);
+    if (found == fast_launches.end()) return false;
+    fast_ = found->second;  // held: callbacks run Python, which may learn() meanwhile
+    if (!launch_context(*fast_, state, context_)) return false;
+    observer_ = get(state, s_observer);
+    if (!observer_.is_none() && !host_op_.can_open(state, observer_)) return false;
+    launch_ = objects_of(context_.npu).launch;
+    stream_ = get(state, s_stream);
+    return true;
+  }
+
+  const FastLaunch& fast() const { return *fast_; }
+  const LaunchContext& context() const { return context_; }
+  const py::object& stream() const { return stream_; }
+
+  // The host op (``src`` into ``dst``) around the launch and the values copied on the host from
+  // ``src_host`` into ``dst_host``; ``dst`` pushed on ``stack``.
+  void run(const py::object& state, const at::Tensor& src, const at::Tensor& dst,
+           at::Tensor& dst_host, const at::Tensor& src_host, torch::jit::Stack* stack) {
+    ++host_runs;
+    ++learned_launches;
+    ++direct_runs;
+    if (!observer_.is_none()) {
+      host_op_.open_tensors(state, observer_, fast_->name, {&src, &dst});
+      ++recorded_runs;
+    }
+    try {
+      launch_kernels(*fast_, launch_, stream_, context_);
+      dst_host.copy_(src_host);
+    } catch (...) {
+      host_op_.close();
+      throw;
+    }
+    host_op_.close();
+    torch::jit::push(stack, dst);
+  }
+
+ private:
+  std::shared_ptr<const FastLaunch> fast_;
+  LaunchContext context_;
+  py::object observer_;
+  HostOp host_op_;
+  py::object launch_;
+  py::object stream_;
+};
+
 // Run an npu -> npu dtype cast here once its launch is learned (learn_cast), as kernels.to_copy
 // runs it: the result made as empty_strided makes it, in the source's strides, and tagged with
 // the source's private format where the cast keeps it; then the aten::copy_ host op around the
@@ -1686,64 +1751,36 @@ bool cast_key(const at::Tensor& src, at::ScalarType dtype, at::Tensor& host, std
 // an observer other than the recorder with its row sink, a launch not learned or learned in
 // another state).
 bool run_cast(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack) {
-  if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) {
-    return false;
-  }
   const auto dtype = device_cast_dtype(arguments);
   if (!dtype.has_value()) return false;
-  const py::object state = get(runtime_module, s_state);
-  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
-    return false;
-  }
+  const py::object state = copy_state();
+  if (state.is_none()) return false;
   const at::Tensor& src = arguments[0].toTensor();
   at::Tensor src_host;
   std::string key;
-  if (!cast_key(src, *dtype, src_host, key)) return false;
-  const auto found = fast_launches.find(key);
-  if (found == fast_launches.end()) return false;
-  // held: the allocator's and engine's callbacks run Python, which may learn() meanwhile
-  const std::shared_ptr<const FastLaunch> fast = found->second;
-  LaunchContext context;
-  if (!launch_context(*fast, state, context)) return false;
-  const py::object observer = get(state, s_observer);
-  HostOp host_op;
-  if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
-  const py::object launch = objects_of(context.npu).launch;
-  const py::object stream = get(state, s_stream);
+  DeviceCopy copy;
+  if (!cast_key(src, *dtype, src_host, key) || !copy.find(key, state)) return false;
   at::Tensor host;
   std::vector<std::pair<py::object, int64_t>> storages(1);
   const at::Tensor dst = new_npu_tensor(state, src.sizes().vec(), src.strides().vec(), *dtype,
                                         empty_strided_tag, host, storages[0].first);
-  if (!fast->formats.is_none()) tag_formats(*fast, objects_of(context.npu), stream, storages);
-  ++host_runs;
-  ++learned_launches;
-  ++direct_runs;
-  if (!observer.is_none()) {
-    host_op.open_tensors(state, observer, fast->name, {&src, &dst});
-    ++recorded_runs;
+  if (!copy.fast().formats.is_none()) {
+    tag_formats(copy.fast(), objects_of(copy.context().npu), copy.stream(), storages);
   }
-  try {
-    launch_kernels(*fast, launch, stream, context);
-    host.copy_(src_host);
-  } catch (...) {
-    host_op.close();
-    throw;
-  }
-  host_op.close();
-  torch::jit::push(stack, dst);
+  copy.run(state, src, dst, host, src_host, stack);
   return true;
 }
 
-// The PrivateUse1 kernel of aten::_to_copy: a learned cast on the device here, anything else
-// by kernels.to_copy.
-void npu_cast_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// The PrivateUse1 kernel of a copy op (aten::_to_copy, aten::_copy_from): ``Run`` does a learned
+// one here, the Python kernel ``*Python`` (kernels.to_copy, kernels.copy_from) anything else.
+template <bool (*Run)(const std::vector<c10::IValue>&, torch::jit::Stack*), py::object* Python>
+void npu_copy_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   std::vector<c10::IValue> arguments = torch::jit::pop(*stack, op.schema().arguments().size());
   try {
-    if (run_cast(arguments, stack)) return;
-    TORCH_CHECK(python_to_copy, "the npu device is shut down: ", op.operator_name(),
-                " ran after exit");
-    call_python_kernel(python_to_copy, op, arguments, stack);
+    if (Run(arguments, stack)) return;
+    TORCH_CHECK(*Python, "the npu device is shut down: ", op.operator_name(), " ran after exit");
+    call_python_kernel(*Python, op, arguments, stack);
   } catch (py::error_already_set& error) {
     error.restore();
     throw python_error();
@@ -1780,8 +1817,7 @@ bool copy_key(const at::Tensor& src, const at::Tensor& dst, at::Tensor& src_host
 // runs it: the aten::copy_ host op around the kernel's launch and the values copied on the
 // host. False, with nothing done, for any other call or state (as run_cast).
 bool run_copy(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stack) {
-  if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0 ||
-      arguments.size() != 3 || !arguments[0].isTensor() || !arguments[1].isTensor()) {
+  if (arguments.size() != 3 || !arguments[0].isTensor() || !arguments[1].isTensor()) {
     return false;
   }
   const at::Tensor& src = arguments[0].toTensor();
@@ -1790,61 +1826,19 @@ bool run_copy(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stac
     return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
   };
   if (!on_npu(src) || !on_npu(dst)) return false;
-  const py::object state = get(runtime_module, s_state);
-  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
-    return false;
-  }
+  const py::object state = copy_state();
+  if (state.is_none()) return false;
   at::Tensor src_host;
   at::Tensor dst_host;
   std::string key;
-  if (!copy_key(src, dst, src_host, dst_host, key)) return false;
-  const auto found = fast_launches.find(key);
-  if (found == fast_launches.end()) return false;
-  const std::shared_ptr<const FastLaunch> fast = found->second;
-  LaunchContext context;
-  if (!launch_context(*fast, state, context)) return false;
-  const py::object observer = get(state, s_observer);
-  HostOp host_op;
-  if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
-  const py::object launch = objects_of(context.npu).launch;
-  const py::object stream = get(state, s_stream);
-  ++host_runs;
-  ++learned_launches;
-  ++direct_runs;
-  if (!observer.is_none()) {
-    host_op.open_tensors(state, observer, fast->name, {&src, &dst});
-    ++recorded_runs;
-  }
-  try {
-    launch_kernels(*fast, launch, stream, context);
-    dst_host.copy_(src_host);
-  } catch (...) {
-    host_op.close();
-    throw;
-  }
-  host_op.close();
-  torch::jit::push(stack, dst);
+  DeviceCopy copy;
+  if (!copy_key(src, dst, src_host, dst_host, key) || !copy.find(key, state)) return false;
+  copy.run(state, src, dst, dst_host, src_host, stack);
   return true;
 }
 
-// The PrivateUse1 kernel of aten::_copy_from: a learned copy on the device here, anything else
-// by kernels.copy_from.
-void npu_copy_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  py::gil_scoped_acquire gil;
-  std::vector<c10::IValue> arguments = torch::jit::pop(*stack, op.schema().arguments().size());
-  try {
-    if (run_copy(arguments, stack)) return;
-    TORCH_CHECK(python_copy_from, "the npu device is shut down: ", op.operator_name(),
-                " ran after exit");
-    call_python_kernel(python_copy_from, op, arguments, stack);
-  } catch (py::error_already_set& error) {
-    error.restore();
-    throw python_error();
-  }
-}
-
-// Register npu_cast_kernel as the PrivateUse1 kernel of aten::_to_copy and npu_copy_kernel as
-// that of aten::_copy_from, whose Python kernels are ``to_copy`` and ``copy_from``. Once per
+// Register npu_copy_kernel as the PrivateUse1 kernel of aten::_to_copy (run_cast) and of
+// aten::_copy_from (run_copy), whose Python kernels are ``to_copy`` and ``copy_from``. Once per
 // process, after install_kernels().
 void install_copies(py::object to_copy, py::object copy_from) {
   TORCH_CHECK(runtime_module, "install_kernels() first");
@@ -1853,8 +1847,10 @@ void install_copies(py::object to_copy, py::object copy_from) {
   python_copy_from = std::move(copy_from);
   auto* aten = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                   __FILE__, __LINE__);
-  aten->impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<&npu_cast_kernel>());
-  aten->impl("_copy_from", torch::CppFunction::makeFromBoxedFunction<&npu_copy_kernel>());
+  aten->impl("_to_copy", torch::CppFunction::makeFromBoxedFunction<
+                             &npu_copy_kernel<&run_cast, &python_to_copy>>());
+  aten->impl("_copy_from", torch::CppFunction::makeFromBoxedFunction<
+                               &npu_copy_kernel<&run_copy, &python_copy_from>>());
 }
 
 // Teach run_cast the launch of casting npu tensor ``src`` to ``dtype`` (kernels.to_copy, after
