@@ -35,7 +35,7 @@ ADAPTER_NATIVE = adapter_native.load()
 needs_core = pytest.mark.skipif(CORE is None, reason="compiled device cores not built")
 
 PROGRAM = """
-import json, sys, threading, torch
+import json, queue, sys, threading, torch
 import msprof_py
 from msprof_py.collectors.session import SessionConfig, start_session
 from msprof_py.adapter import runtime
@@ -55,24 +55,33 @@ model = torch.nn.Sequential(
     torch.nn.Linear(8 * 6 * 6, 4)).to("npu")
 opt = torch.optim.AdamW(model.parameters(), lr=0.01)
 x = torch.randn(4, 3, 8, 8).to("npu", non_blocking=True)
-def side():  # ops launched from another thread
-    y = torch.ones(16, device="npu") * 3
-    y.add_(1)
+# ops launched from another thread: one for the whole run (threads started and joined one
+# after another may or may not get the ident of the one before, which the thread column
+# follows, and that would differ from run to run)
+requests, done = queue.Queue(), queue.Queue()
+def side():
+    while requests.get():
+        y = torch.ones(16, device="npu") * 3
+        y.add_(1)
+        done.put(True)
+side_thread = threading.Thread(target=side)
+side_thread.start()
 for step in range(4):
     opt.zero_grad()
     with msprof_py.annotate("forward"):
         loss = model(x).square().mean()
     loss.backward()
     opt.step()
-    t = threading.Thread(target=side)
-    t.start()
-    t.join()
+    requests.put(True)
+    done.get()
     if step == 2:  # more launches than the task queue holds: the host blocks on it
         z = torch.ones(64, device="npu")
         for _ in range(1500):
             z = (z * 0.5).add_(1.0)
     loss.item()
     msprof_py.step()
+requests.put(False)
+side_thread.join()
 after = backend.NATIVE.counts() if backend.NATIVE is not None else (0, 0, 0, 0)
 print(json.dumps({"run": str(session.stop()), "direct": used,
                   "recorded_in_cpp": after[3] - before[3]}))
