@@ -93,9 +93,8 @@ def learn_cast(src: torch.Tensor, dst: torch.Tensor) -> None:
     the private format ``dst`` kept; it then runs such casts itself with the same timeline. Not
     taught where the launch depends on more than the source's sizes, dtype and format and the
     dtype cast to (:func:`_teachable`), or for a source read through a TransData."""
-    native = backend.NATIVE
     state = runtime.state()
-    if native is None or not _teachable(state):
+    if not _teachable(state):
         return
     src_fmt, dst_fmt = storage_format(src), storage_format(dst)
     if src_fmt != dst_fmt:  # read through a TransData (a format dst could not keep)
@@ -106,7 +105,7 @@ def learn_cast(src: torch.Tensor, dst: torch.Tensor) -> None:
         formats = ((dst_fmt, padded, "Cast"),)
     kernels = ((_copy_kernel_cost(state, src, dst), "Cast"),)
     compiled = state.compiled
-    native.learn_cast(
+    backend.NATIVE.learn_cast(  # type: ignore[union-attr]
         src, dst.dtype, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch, formats
     )
 
@@ -115,15 +114,19 @@ def learn_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
     """Teach the compiled copy (``backend.NATIVE``) what copying npu tensor ``src`` into npu
     tensor ``dst`` by a kernel, just done by ``kernels.copy_from``, launched: a ViewCopy (or a
     Cast between dtypes). The compiled side learns only copies by a kernel between tensors in
-    no private format (a plain D2D copy is a DMA task; a private format, a TransData first)."""
-    native = backend.NATIVE
+    no private format (a plain D2D copy is a DMA task; a private format, a TransData first):
+    the others are left untaught here, before their cost is looked up."""
     state = runtime.state()
-    if native is None or not _teachable(state):
+    if not _teachable(state) or _plain_copy(src, dst):
+        return
+    if storage_format(src) is not None or storage_format(dst) is not None:
         return
     op_type = "Cast" if src.dtype != dst.dtype else "ViewCopy"
     kernels = ((_copy_kernel_cost(state, src, dst), op_type),)
     compiled = state.compiled
-    native.learn_copy(src, dst, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch)
+    backend.NATIVE.learn_copy(  # type: ignore[union-attr]
+        src, dst, kernels, _NO_FIELDS, "aten::copy_", compiled, compiled.epoch
+    )
 
 
 def _d2d_copy_cost(state: AdapterState, nbytes: int) -> costmodel.KernelCost:
@@ -201,17 +204,28 @@ def _device_to_host(
         dst.copy_(values)
 
 
+def _plain_copy(src: torch.Tensor, dst: torch.Tensor) -> bool:
+    """Whether a copy between npu tensors is a plain one (a DMA task, no kernel): the same
+    dtype and sizes, both contiguous."""
+    return (
+        src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and src.is_contiguous()
+        and dst.is_contiguous()
+    )
+
+
 def _device_to_device(state: AdapterState, src: torch.Tensor, dst: torch.Tensor) -> None:
     src_fmt, dst_fmt = storage_format(src), storage_format(dst)
     if src_fmt is not None and (dst_fmt is None or dst_fmt[0] != src_fmt[0]):
         transdata(state, src, dst_fmt[0] if dst_fmt is not None else formats.ND, retag=False)
-    plain = src.dtype == dst.dtype and src.is_contiguous() and dst.is_contiguous()
-    if plain and src.shape == dst.shape and state.capture is not None:
+    plain = _plain_copy(src, dst)
+    if plain and state.capture is not None:
         nbytes = src.numel() * src.element_size()
         keys = ((tuple(src.shape), src.dtype, "ND"),), ((tuple(dst.shape), dst.dtype, "ND"),)
         cost = _d2d_copy_cost(state, nbytes)
         state.capture.append(CapturedKernel("aten::copy_", "MemcpyAsync", cost, *keys))
-    elif plain and src.shape == dst.shape:
+    elif plain:
         state.npu.engine.submit_memcpy(
             state.stream, CopyKind.D2D, src.numel() * src.element_size(), name="aten::copy_ (D2D)"
         )

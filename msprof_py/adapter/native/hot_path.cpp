@@ -936,6 +936,24 @@ py::object call_method(const py::object& obj, PyObject* name,
   return py::reinterpret_steal<py::object>(out);
 }
 
+// Device memory of ``size`` bytes (a Python int) from allocator hold ``hold`` for ``stream_id``
+// under memory tag ``tag``, as tensors.reserve asks for it; an out-of-memory is raised as
+// torch's error.
+py::object hold_memory(const py::object& hold, PyObject* size, PyObject* stream_id,
+                       PyObject* tag) {
+  try {
+    return call(hold, {size, stream_id, tag});
+  } catch (py::error_already_set& error) {
+    if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
+    throw;
+  }
+}
+
+// Give the npu storage whose Python object is ``storage`` the device memory ``held``.
+void set_memory(const py::object& storage, const py::object& held) {
+  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
+}
+
 // The fresh outputs' private formats, as backend._tag_outputs gives them after their device
 // memory: the storage tagged, and held in its padded size when that exceeds its block
 // (tensors.hold_device_bytes).
@@ -962,16 +980,7 @@ void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::
     if (wanted == -1 && PyErr_Occurred()) throw py::error_already_set();
     if (wanted <= current) continue;
     if (!stream_id) stream_id = get(stream, s_stream_id);
-    py::object grown;
-    try {
-      grown = call(device.hold, {padded, stream_id.ptr(), PyTuple_GET_ITEM(tag, 2)});
-    } catch (py::error_already_set& error) {
-      if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
-      throw;
-    }
-    if (PyObject_SetAttr(storage.ptr(), s_npu_mem, grown.ptr()) != 0) {
-      throw py::error_already_set();
-    }
+    set_memory(storage, hold_memory(device.hold, padded, stream_id.ptr(), PyTuple_GET_ITEM(tag, 2)));
   }
 }
 
@@ -993,6 +1002,8 @@ struct LaunchContext {
   py::object npu;
   py::object compiled;
   bool recording = false;
+  //: the compile cache's attributes the task rows take while recording (else None)
+  py::object attrs;
 };
 
 // Whether adapter ``state`` is inside what learned launch ``fast`` covers (no graph capture,
@@ -1008,7 +1019,9 @@ bool launch_context(const FastLaunch& fast, py::handle state, LaunchContext& con
   if (epoch == -1 && PyErr_Occurred()) throw py::error_already_set();
   if (epoch != fast.epoch) return false;
   context.recording = truthy(get(objects_of(context.npu).bus, s_active));
-  return !(context.recording && fast.fields.is_none());
+  if (context.recording && fast.fields.is_none()) return false;
+  context.attrs = context.recording ? get(context.compiled, s_attrs) : py::none();
+  return true;
 }
 
 // Launch the kernels of learned launch ``fast`` on ``stream`` (after their outputs' memory).
@@ -1016,12 +1029,12 @@ bool launch_context(const FastLaunch& fast, py::handle state, LaunchContext& con
 // meets another device).
 void launch_kernels(const FastLaunch& fast, const py::object& launch, const py::object& stream,
                     const LaunchContext& context) {
-  const py::object attrs = context.recording ? get(context.compiled, s_attrs) : py::none();
   PyObject* kernels = fast.kernels.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kernels); ++k) {
     PyObject* kernel = PyTuple_GET_ITEM(kernels, k);
     launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), fast.name.ptr(),
-                  PyTuple_GET_ITEM(kernel, 1), context.recording, fast.fields.ptr(), attrs);
+                  PyTuple_GET_ITEM(kernel, 1), context.recording, fast.fields.ptr(),
+                  context.attrs);
   }
 }
 
@@ -1037,33 +1050,22 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
     return false;
   }
   const DeviceObjects& device = objects_of(context.npu);
-  const bool recording = context.recording;
-  const py::object compiled = context.compiled;
   const py::object stream = get(state, s_stream);
   // copies: a callback may run Python that meets another device
   const py::object hold = device.hold;
   const py::object launch = device.launch;
-  const py::object attrs = recording ? get(compiled, s_attrs) : py::none();
   PyObject* before = fast.before.ptr();
   for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(before); ++k) {
     PyObject* kernel = PyTuple_GET_ITEM(before, k);
     launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), PyTuple_GET_ITEM(kernel, 2),
-                  PyTuple_GET_ITEM(kernel, 1), recording, PyTuple_GET_ITEM(kernel, 3), attrs);
+                  PyTuple_GET_ITEM(kernel, 1), context.recording, PyTuple_GET_ITEM(kernel, 3),
+                  context.attrs);
   }
   if (!host.storages.empty()) {
     const py::object stream_id = get(stream, s_stream_id);
     for (const auto& [storage, nbytes] : host.storages) {
-      py::object held;
-      try {
-        const py::int_ size(nbytes);
-        held = call(hold, {size.ptr(), stream_id.ptr(), fast.name.ptr()});
-      } catch (py::error_already_set& error) {
-        if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
-        throw;
-      }
-      if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) {
-        throw py::error_already_set();
-      }
+      const py::int_ size(nbytes);
+      set_memory(storage, hold_memory(hold, size.ptr(), stream_id.ptr(), fast.name.ptr()));
     }
   }
   if (!fast.formats.is_none()) tag_formats(fast, device, stream, host.storages);
@@ -1090,11 +1092,15 @@ bool launch_learned(const HostCall& call, py::handle state) {
 // op_type), ...), the task-record ``fields`` (or None), the op's ``name``, the compile cache
 // and epoch it was made in, the fresh outputs' ``formats`` (see FastLaunch) and the kernels
 // launched ``before`` their memory ((cost, op_type, name, fields), ...).
+// Keep ``launch`` under ``key`` (the table emptied first when it is full).
+void remember(const std::string& key, FastLaunch launch) {
+  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
+  fast_launches[key] = std::make_shared<const FastLaunch>(std::move(launch));
+}
+
 void learn(py::bytes key, py::tuple kernels, py::object fields, py::object name,
            py::object compiled, int64_t epoch, py::object formats, py::tuple before) {
-  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
-  fast_launches[std::string(key)] = std::make_shared<const FastLaunch>(
-      FastLaunch{kernels, fields, name, compiled, epoch, formats, before});
+  remember(std::string(key), FastLaunch{kernels, fields, name, compiled, epoch, formats, before});
 }
 
 // Forget every learned launch (what they do depends on a setting that changed:
@@ -1428,6 +1434,17 @@ void run_view(const c10::OperatorHandle& op, const OpEntry& entry,
   host_op.close();
 }
 
+// The adapter state when an op may run here: installed, modelled host time (measured host time
+// is charged from Python) and the compiled path chosen (not numerics "none", which has a path
+// of its own); None otherwise.
+py::object direct_state() {
+  py::object state = get(runtime_module, s_state);
+  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
+    return py::none();
+  }
+  return state;
+}
+
 // Run a plain op here (numerics "cpu" or "fast", modelled host time, the recorder or nothing
 // observing): the host half (host_run), the host op's row, then the learned launch or Python's
 // finish.
@@ -1439,11 +1456,8 @@ bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a
   const int op_id = found->second;
   const OpEntry& entry = ops[static_cast<size_t>(op_id)];
   if (!entry.enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) return false;
-  const py::object state = get(runtime_module, s_state);
-  // measured host time is charged from Python; numerics "none" has a path of its own
-  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
-    return false;
-  }
+  const py::object state = direct_state();
+  if (state.is_none()) return false;
   const py::object observer = get(state, s_observer);
   HostOp host_op;
   if (!observer.is_none() && !host_op.can_open(state, observer)) return false;
@@ -1528,17 +1542,11 @@ at::Tensor new_npu_tensor(const py::object& state, const std::vector<int64_t>& s
   if (none) elements = 0;
   const DeviceObjects& device = objects_of(get(state, s_npu));
   const py::object stream_id = get(get(state, s_stream), s_stream_id);
-  py::object held;
-  try {
-    const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
-    held = call(device.hold, {size.ptr(), stream_id.ptr(), tag});
-  } catch (py::error_already_set& error) {
-    if (error.matches(device_oom)) on_oom(error.value());  // raises torch's error
-    throw;
-  }
+  const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
+  const py::object held = hold_memory(device.hold, size.ptr(), stream_id.ptr(), tag);
   host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
   at::Tensor out = adopt(host, storage);
-  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
+  set_memory(storage, held);
   return out;
 }
 
@@ -1679,16 +1687,12 @@ bool cast_key(const at::Tensor& src, at::ScalarType dtype, at::Tensor& host, std
 }
 
 // The adapter state when a cast or copy may run here (the compiled kernels and learned launches
-// on, no dispatch mode, modelled host time, numerics other than "none"); None otherwise.
+// on, no dispatch mode, direct_state()); None otherwise.
 py::object copy_state() {
   if (!kernel_direct || !fast_enabled || c10::impl::TorchDispatchModeTLS::stack_len() > 0) {
     return py::none();
   }
-  py::object state = get(runtime_module, s_state);
-  if (state.is_none() || truthy(get(state, s_measured)) || !truthy(get(state, s_native))) {
-    return py::none();
-  }
-  return state;
+  return direct_state();
 }
 
 // A learned cast or copy done here: its launch, and what doing it for the adapter state takes.
@@ -1864,9 +1868,7 @@ bool learn_cast(const at::Tensor& src, py::object dtype, py::tuple kernels, py::
   at::Tensor host;
   std::string key;
   if (!fast_enabled || !cast_key(src, scalar_type, host, key)) return false;
-  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
-  fast_launches[key] = std::make_shared<const FastLaunch>(
-      FastLaunch{kernels, fields, name, compiled, epoch, formats, py::tuple()});
+  remember(key, FastLaunch{kernels, fields, name, compiled, epoch, formats, py::tuple()});
   return true;
 }
 
@@ -1879,9 +1881,7 @@ bool learn_copy(const at::Tensor& src, const at::Tensor& dst, py::tuple kernels,
   at::Tensor dst_host;
   std::string key;
   if (!fast_enabled || !copy_key(src, dst, src_host, dst_host, key)) return false;
-  if (fast_launches.size() >= kFastLimit) fast_launches.clear();
-  fast_launches[key] = std::make_shared<const FastLaunch>(
-      FastLaunch{kernels, fields, name, compiled, epoch, py::none(), py::tuple()});
+  remember(key, FastLaunch{kernels, fields, name, compiled, epoch, py::none(), py::tuple()});
   return true;
 }
 
