@@ -297,7 +297,8 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
             if tags is False:
                 key = None
     planned = launch(state, plan, inputs, outputs, args)
-    if TRANSDATA_LAUNCHES[0] != conversions or None in temporaries:
+    before = _learned_before(temporaries, inputs)
+    if TRANSDATA_LAUNCHES[0] != conversions or before is None:
         key = None  # the next call may find its inputs converted: learn that one
     if key is not None and state.capture is None and state.npu.l2 is None:
         kernels = planned.kernels
@@ -311,9 +312,28 @@ def _finish_native(state: AdapterState, plan: OpPlan, found: tuple, args: tuple)
             compiled,
             compiled.epoch,
             tags,
-            tuple(temporaries),
+            before,
         )
     return result
+
+
+def _learned_before(
+    temporaries: list[tuple | None], inputs: Sequence[torch.Tensor]
+) -> tuple[tuple, ...] | None:
+    """The TransData launches a learned launch does before its outputs' memory, from
+    :func:`transdata`'s ``temporaries``, with each tensor converted for good given as its
+    position among the call's npu ``inputs``; None when one is not to be learned."""
+    before = []
+    for entry in temporaries:
+        if entry is None:
+            return None
+        if len(entry) == 6:  # a plain input converted for good: (..., tensor, tag)
+            position = next((i for i, t in enumerate(inputs) if t is entry[4]), None)
+            if position is None:
+                return None
+            entry = (*entry[:4], position, entry[5])
+        before.append(entry)
+    return tuple(before)
 
 
 def _learned_tags(
@@ -551,10 +571,13 @@ def transdata(
 
     With ``retag`` the storage keeps the new format (a conversion in place, as for conv weights
     and optimizer states); without, the converted copy is a temporary for one consumer and the
-    tensor stays in its format, so the next consumer pays again (as on torch_npu). A temporary
-    one is appended to ``temporaries`` when given (an op's finish, which a learned launch
-    repeats: (cost, op type, name, record fields), or None when the learned key, which holds
-    the input's format and sizes but not a view's storage shape, does not determine it).
+    tensor stays in its format, so the next consumer pays again (as on torch_npu).
+    ``temporaries``, when given (an op's finish, which a learned launch repeats), gets each
+    conversion in launch order: a temporary one as (cost, op type, name, record fields), a
+    plain tensor converted for good into a private format as (cost, op type, name, record
+    fields, ``t``, (its ``_npu_fmt``, padded device bytes, memory tag)), anything else as None
+    (the learned key, which holds the inputs' formats and sizes but not a view's storage shape
+    or whether a tensor is contiguous, does not determine it).
     """
     current = storage_format(t)
     src, shape = current if current is not None else (formats.ND, tuple(t.shape))
@@ -564,16 +587,19 @@ def transdata(
     ins, outs = ((shape, t.dtype, src),), ((shape, t.dtype, dst),)
     compile_kernel(state, "TransData", ins, outs)
     _submit(state, "TransData", "TransData", cost, ins, outs)
-    if retag or temporaries is None:
+    padded = storage_bytes(shape, dtype_name(t.dtype), dst) if retag and dst != formats.ND else 0
+    if temporaries is None:
         TRANSDATA_LAUNCHES[0] += 1
-    elif shape == tuple(t.shape):
+    elif not retag and shape == tuple(t.shape):
         temporaries.append((cost, "TransData", "TransData", _record_fields_of(ins, outs)))
+    elif retag and current is None and dst != formats.ND and t.is_contiguous():
+        tag = ((dst, shape), padded, "TransData")
+        temporaries.append((cost, "TransData", "TransData", _record_fields_of(ins, outs), t, tag))
     else:
         temporaries.append(None)
     if retag:
         set_storage_format(t, dst, shape)
         if dst != formats.ND:  # the padded layout takes more device memory
-            padded = storage_bytes(shape, dtype_name(t.dtype), dst)
             hold_device_bytes(t, padded, state, "TransData")
 
 
@@ -595,16 +621,19 @@ def _prepare_formats(
                 and is_npu_device(t.device)
                 and formats.private_allowed(t)
             ):
-                transdata(state, t, fmt)
+                transdata(state, t, fmt, temporaries=temporaries)
         return None
     lists = foreach.tensor_lists(args) if plan.foreach else None
     if lists:  # a foreach op: each list index is an elementwise op of its own
         refs = tuple(
-            [_agnostic_formats(state, [items[i] for items in lists]) for i in range(len(lists[0]))]
+            [
+                _agnostic_formats(state, [items[i] for items in lists], temporaries)
+                for i in range(len(lists[0]))
+            ]
         )
         return refs if any(ref is not None for ref in refs) else None
     if plan.agnostic:
-        return _agnostic_formats(state, npu_inputs)
+        return _agnostic_formats(state, npu_inputs, temporaries)
     nz_ok = plan.nz_ok
     for t in npu_inputs:
         fmt = storage_format(t)
@@ -613,10 +642,14 @@ def _prepare_formats(
     return None
 
 
-def _agnostic_formats(state: AdapterState, npu_inputs: Sequence[torch.Tensor]) -> str | None:
+def _agnostic_formats(
+    state: AdapterState,
+    npu_inputs: Sequence[torch.Tensor],
+    temporaries: list[tuple | None] | None = None,
+) -> str | None:
     """Inputs of an op that runs in any format: the format of the first one held in a
     private format (None if none is), the plain ones converted to it for good, views of a
-    private-format storage converted to ND."""
+    private-format storage converted to ND (``temporaries``: see :func:`transdata`)."""
     ref = None
     for t in npu_inputs:
         fmt = storage_format(t)
@@ -628,9 +661,9 @@ def _agnostic_formats(state: AdapterState, npu_inputs: Sequence[torch.Tensor]) -
     for t in npu_inputs:
         fmt = storage_format(t)
         if fmt is None and formats.private_allowed(t) and t.is_contiguous():
-            transdata(state, t, ref)
+            transdata(state, t, ref, temporaries=temporaries)
         elif fmt is not None and fmt[1] != tuple(t.shape):
-            transdata(state, t, formats.ND)
+            transdata(state, t, formats.ND, temporaries=temporaries)
     return ref
 
 

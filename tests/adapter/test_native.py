@@ -21,6 +21,7 @@ import torch
 import msprof_py.adapter
 from msprof_py.adapter import backend, native, runtime, tensors
 from msprof_py.device import MemoryRecord, NpuOutOfMemoryError, SimulatedNpu, TaskRecord
+from msprof_py.device.formats import storage_bytes
 
 HERE = Path(__file__).parent
 
@@ -144,6 +145,17 @@ def _ints() -> torch.Tensor:
     return torch.arange(24, dtype=torch.int64).reshape(4, 6).to("npu")
 
 
+def _converted_for_good() -> list[object]:
+    """A convolution's NC1HWC0 output added to a plain 4-D tensor: the plain one is converted
+    to NC1HWC0 for good (a TransData, the storage tagged and held in its padded size), which a
+    learned launch repeats for the next plain tensor."""
+    conv = torch.nn.Conv2d(2, 4, 3).to("npu")
+    activation = conv(_npu(1, 2, 5, 5))
+    plain = _npu(1, 4, 3, 3)
+    total = activation + plain
+    return [total, plain, tensors.storage_format(plain), tensors.storage_format(total)]
+
+
 #: (name, program, whether the compiled path must run at least one of its ops)
 CASES: list[tuple[str, Callable[[], object], bool]] = [
     ("add", lambda: _x() + _y(), True),
@@ -189,6 +201,7 @@ CASES: list[tuple[str, Callable[[], object], bool]] = [
         lambda: (lambda ts: torch._foreach_mul(ts, ts[::-1]))([_npu(3, seed=i) for i in range(40)]),
         True,
     ),
+    ("a plain input converted for good", _converted_for_good, True),
     ("random in place", lambda: _npu(5, 5).uniform_().bernoulli_(0.3), True),
     ("resize_", lambda: _npu(2).resize_(3, 4).fill_(1.5), True),
 ]
@@ -310,8 +323,9 @@ def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
     any other, the inputs' formats in its key: run again, the compiled path launches it with
     the same tasks, padded device memory and output formats as the Python path. An op that
     reads its inputs through a temporary TransData (a reduction on NC1HWC0) is learned with
-    that TransData launched before its own kernel; one that converted an input for good is not
-    (the next call may find it converted)."""
+    that TransData launched before its own kernel; one that converted a plain input for good
+    (a new module's weight to FRACTAL_Z) with that conversion (its key holds the input's format:
+    a call that finds it converted is another key)."""
     from msprof_py.adapter.tensors import storage_format
 
     _device_records(_formats_program, use_native=True)  # seen once: learned
@@ -322,10 +336,10 @@ def test_launches_on_private_formats_are_learned_with_their_formats() -> None:
     )
     _same(python_value, native_value)
     assert native_records == python_records
-    # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z, and the three
-    # reductions, whose inputs are read through a temporary ND copy; not: the convolution,
-    # whose weight (a new module's) is converted to FRACTAL_Z for good first
-    assert (ran, learned[0]) == (9, 8)
+    # learned: relu, + 1 and mul_ on NC1HWC0, weight * 2 and * 3 on FRACTAL_Z, the three
+    # reductions, whose inputs are read through a temporary ND copy, and the convolution, whose
+    # weight (a new module's) is converted to FRACTAL_Z for good first
+    assert (ran, learned[0]) == (9, 9)
     tasks = [r for r in native_records if r[0] == "task"]
     reductions = [i for i, r in enumerate(tasks) if "Reduce" in r[2]]
     assert len(reductions) == 3
@@ -453,6 +467,29 @@ def _adapter_frames(fn: Callable[[], object]) -> tuple[object, list[str]]:
     finally:
         sys.setprofile(None)
     return result, frames
+
+
+@needs_native
+def test_a_plain_input_converted_for_good_is_learned() -> None:
+    """An op that runs in any format converts a plain input to its other input's private
+    format for good; the learned launch repeats that (task, format tag, padded memory) without
+    Python for the next plain tensor, and leaves a non-contiguous one (which Python does not
+    convert) to Python."""
+    conv = torch.nn.Conv2d(2, 4, 3).to("npu")
+    activation = conv(_npu(1, 2, 5, 5)).detach()
+    for _ in range(2):  # its plan is made, then its launch learned
+        activation + _npu(1, 4, 3, 3)
+    plain = _npu(1, 4, 3, 3)
+    padded = storage_bytes((1, 4, 3, 3), "float32", "NC1HWC0")
+    total, python_frames, counted = _watched(lambda: activation + plain)
+    assert python_frames == [] and counted[:2] == (1, 1)
+    assert tensors.storage_format(plain) == ("NC1HWC0", (1, 4, 3, 3))
+    held = plain.untyped_storage()._npu_mem  # type: ignore[attr-defined]
+    assert runtime.state().npu.memory.block_size(held.address) >= padded
+    assert torch.equal(total.cpu(), activation.cpu() + plain.cpu())
+    strided = _npu(1, 4, 3, 6)[..., ::2]
+    _, python_frames, _ = _watched(lambda: activation + strided)
+    assert "finish_call" in python_frames and tensors.storage_format(strided) is None
 
 
 @needs_native

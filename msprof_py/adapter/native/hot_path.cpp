@@ -73,7 +73,7 @@ using Bytes = c10::SmallVector<char, 64>;
 using Storages = c10::SmallVector<std::pair<py::object, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 18;
+constexpr int kAbiVersion = 19;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -124,7 +124,9 @@ struct FastLaunch {
   //: (``_npu_fmt`` value, padded device bytes, memory tag), as backend._tag_outputs makes it
   py::object formats;
   //: ((cost, op_type, name, fields), ...): the kernels launched before the outputs' device
-  //: memory is held (the TransData of inputs read through a temporary copy in another layout)
+  //: memory is held: the TransData of inputs read through a temporary copy in another layout,
+  //: and of plain inputs converted for good (their entries also hold the input's position among
+  //: the npu inputs and its format tag: kConversionEntry)
   py::tuple before;
 };
 
@@ -1001,34 +1003,60 @@ void set_memory(const py::object& storage, const py::object& held) {
   if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
 }
 
+// Tag npu storage ``storage`` (its Python object) with private format ``tag`` ((``_npu_fmt``
+// value, padded device bytes, memory tag)), as tensors.set_storage_format does, and hold it in
+// its padded size when that exceeds its block (tensors.hold_device_bytes).
+void tag_storage(const py::object& storage, PyObject* tag, const DeviceObjects& device,
+                 const py::object& stream) {
+  if (PyObject_SetAttr(storage.ptr(), fmt_name, PyTuple_GET_ITEM(tag, 0)) != 0) {
+    throw py::error_already_set();
+  }
+  PyObject* padded = PyTuple_GET_ITEM(tag, 1);
+  const py::object held = get(storage, s_npu_mem);
+  long long current = 0;
+  if (!held.is_none()) {
+    const py::object address = get(held, s_address);
+    current = PyLong_AsLongLong(call(device.block_size, {address.ptr()}).ptr());
+    if (current == -1 && PyErr_Occurred()) throw py::error_already_set();
+  }
+  const long long wanted = PyLong_AsLongLong(padded);
+  if (wanted == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (wanted <= current) return;
+  const py::object stream_id = get(stream, s_stream_id);
+  set_memory(storage, hold_memory(device.hold, padded, stream_id.ptr(), PyTuple_GET_ITEM(tag, 2)));
+}
+
 // The fresh outputs' private formats, as backend._tag_outputs gives them after their device
-// memory: the storage tagged, and held in its padded size when that exceeds its block
-// (tensors.hold_device_bytes).
+// memory (tag_storage).
 void tag_formats(const FastLaunch& fast, const DeviceObjects& device, const py::object& stream,
                  const Storages& storages) {
   PyObject* formats = fast.formats.ptr();
-  py::object stream_id;
   for (size_t i = 0; i < storages.size(); ++i) {
     PyObject* tag = PyTuple_GET_ITEM(formats, static_cast<Py_ssize_t>(i));
-    if (tag == Py_None) continue;
-    const py::object& storage = storages[i].first;
-    if (PyObject_SetAttr(storage.ptr(), fmt_name, PyTuple_GET_ITEM(tag, 0)) != 0) {
-      throw py::error_already_set();
-    }
-    PyObject* padded = PyTuple_GET_ITEM(tag, 1);
-    const py::object held = get(storage, s_npu_mem);
-    long long current = 0;
-    if (!held.is_none()) {
-      const py::object address = get(held, s_address);
-      current = PyLong_AsLongLong(call(device.block_size, {address.ptr()}).ptr());
-      if (current == -1 && PyErr_Occurred()) throw py::error_already_set();
-    }
-    const long long wanted = PyLong_AsLongLong(padded);
-    if (wanted == -1 && PyErr_Occurred()) throw py::error_already_set();
-    if (wanted <= current) continue;
-    if (!stream_id) stream_id = get(stream, s_stream_id);
-    set_memory(storage, hold_memory(device.hold, padded, stream_id.ptr(), PyTuple_GET_ITEM(tag, 2)));
+    if (tag != Py_None) tag_storage(storages[i].first, tag, device, stream);
   }
+}
+
+//: the size of a ``before`` entry of a learned launch that converts an input for good:
+//: (cost, op_type, name, fields, position among the npu inputs, tag as tag_storage takes it)
+constexpr Py_ssize_t kConversionEntry = 6;
+
+// Whether the inputs ``fast``'s ``before`` entries convert for good are as backend.transdata
+// converted them when it was learned (the key holds their formats, dtypes and sizes, not
+// whether they are contiguous).
+bool conversions_apply(const FastLaunch& fast, const HostCall& host) {
+  PyObject* before = fast.before.ptr();
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(before); ++k) {
+    PyObject* entry = PyTuple_GET_ITEM(before, k);
+    if (PyTuple_GET_SIZE(entry) != kConversionEntry) continue;
+    const Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 4));
+    if (position < 0 || static_cast<size_t>(position) >= host.unwrap.npu_inputs.size() ||
+        !host.unwrap.npu_inputs[position].is_contiguous()) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
 }
 
 // Launch one learned kernel on ``stream``: with its task-record ``fields`` and ``attrs`` while
@@ -1096,6 +1124,7 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
       PyTuple_GET_SIZE(fast.formats.ptr()) != static_cast<Py_ssize_t>(host.storages.size())) {
     return false;
   }
+  if (!conversions_apply(fast, host)) return false;
   const DeviceObjects& device = objects_of(context.npu);
   const py::object stream = get(state, s_stream);
   // copies: a callback may run Python that meets another device
@@ -1107,6 +1136,13 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
     launch_kernel(launch, stream, PyTuple_GET_ITEM(kernel, 0), PyTuple_GET_ITEM(kernel, 2),
                   PyTuple_GET_ITEM(kernel, 1), context.recording, PyTuple_GET_ITEM(kernel, 3),
                   context.attrs);
+    if (PyTuple_GET_SIZE(kernel) == kConversionEntry) {  // an input converted for good
+      const at::Tensor& input = host.unwrap.npu_inputs[PyLong_AsSsize_t(PyTuple_GET_ITEM(kernel, 4))];
+      PyObject* storage = THPStorage_Wrap(input.storage());
+      if (storage == nullptr) throw py::error_already_set();
+      tag_storage(py::reinterpret_steal<py::object>(storage), PyTuple_GET_ITEM(kernel, 5), device,
+                  stream);
+    }
   }
   if (!host.storages.empty()) {
     const py::object stream_id = get(stream, s_stream_id);
