@@ -128,6 +128,7 @@ def _attach(
 ) -> None:
     _hold_memory(npu_storage, backing.nbytes(), state, tag, held)
     npu_storage._npu = backing  # type: ignore[attr-defined]
+    _show_address(npu_storage)  # its nbytes are the backing's
 
 
 def _hold_memory(
@@ -143,11 +144,27 @@ def _hold_memory(
         if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
             # a tensor created while a graph runs lives in the graph's workspace (or gets its
             # own memory when it leaves the graph: :func:`hold_own_memory`)
-            npu_storage._npu_mem = None  # type: ignore[attr-defined]
+            _set_memory(npu_storage, None)
             return
         held = reserve(nbytes, state, tag)
     # replacing the attribute frees the memory of a storage that was re-pointed or grown
+    _set_memory(npu_storage, held)
+
+
+def _set_memory(npu_storage: torch.UntypedStorage, held: Any) -> None:
+    """``npu_storage`` holds device memory ``held`` (a handle, or None in a graph's workspace);
+    where the compiled path is built, the storage also shows that memory's address as its
+    ``data_ptr()`` and its backing's size as its ``nbytes()``, as torch_npu's storages do
+    (``show_address`` in ``hot_path.cpp``; without it both stay 0)."""
     npu_storage._npu_mem = held  # type: ignore[attr-defined]
+    _show_address(npu_storage)
+
+
+def _show_address(npu_storage: torch.UntypedStorage) -> None:
+    from msprof_py.adapter import backend  # late: backend imports this module
+
+    if backend.NATIVE is not None:
+        backend.NATIVE.show_address(npu_storage, getattr(npu_storage, "_npu_mem", None))
 
 
 def adopt(
@@ -251,7 +268,7 @@ def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: st
         return
     current = state.npu.memory.block_size(held.address) if held is not None else 0
     if nbytes > current:
-        storage._npu_mem = reserve(nbytes, state, tag)  # type: ignore[attr-defined]
+        _set_memory(storage, reserve(nbytes, state, tag))
 
 
 def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
@@ -267,7 +284,7 @@ def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
     if fmt is not None:
         nbytes = max(nbytes, storage_bytes(fmt[1], dtype_name(t.dtype), fmt[0]))
     if nbytes > 0:
-        storage._npu_mem = reserve(nbytes, state, tag)  # type: ignore[attr-defined]
+        _set_memory(storage, reserve(nbytes, state, tag))
 
 
 def set_storage_format(t: torch.Tensor, fmt: str | None, shape: tuple[int, ...] = ()) -> None:

@@ -470,6 +470,28 @@ def _adapter_frames(fn: Callable[[], object]) -> tuple[object, list[str]]:
 
 
 @needs_native
+def test_npu_storages_show_their_device_memory_as_data_ptr_and_nbytes() -> None:
+    """As on torch_npu, an npu tensor's ``data_ptr()`` is the address of its device memory
+    (distinct for live storages, a view's offset into its base's) and its storage's
+    ``nbytes()`` its bytes, on both paths (libraries tell storages apart by them)."""
+    state = runtime.STATE
+    assert state is not None
+    for use_native in (True, False):
+        state.native = use_native
+        try:
+            x = _npu(4, 6)
+            made = [x, x * 2, torch.empty(3, device="npu"), x.t().contiguous()]
+        finally:
+            state.native = True
+        addresses = [t.data_ptr() for t in made]
+        assert 0 not in addresses and len(set(addresses)) == len(made)
+        held = x.untyped_storage()._npu_mem  # type: ignore[attr-defined]
+        assert x.data_ptr() == held.address
+        assert x[1].data_ptr() == x.data_ptr() + 6 * x.element_size()
+        assert [t.untyped_storage().nbytes() for t in made] == [96, 96, 12, 96]
+
+
+@needs_native
 def test_a_plain_input_converted_for_good_is_learned() -> None:
     """An op that runs in any format converts a plain input to its other input's private
     format for good; the learned launch repeats that (task, format tag, padded memory) without

@@ -73,7 +73,7 @@ using Bytes = c10::SmallVector<char, 64>;
 using Storages = c10::SmallVector<std::pair<py::object, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 19;
+constexpr int kAbiVersion = 20;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -998,9 +998,34 @@ py::object hold_memory(const py::object& hold, PyObject* size, PyObject* stream_
   }
 }
 
+// The npu storage whose Python object is ``storage``, holding device memory ``held`` (a handle
+// or None), shows that memory's address as its data pointer and its host backing's size as its
+// nbytes, as a torch_npu storage shows its device memory: libraries tell storages apart by them
+// (transformers' tied-weight check when saving). No memory held (a graph's workspace): a null
+// pointer.
+void show_address(py::handle storage, py::handle held) {
+  if (!THPStorage_Check(storage.ptr())) return;
+  c10::StorageImpl* impl = THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
+  if (impl->device_type() != c10::DeviceType::PrivateUse1) return;
+  uintptr_t address = 0;
+  if (!held.is_none()) {
+    const py::object value = get(held, s_address);
+    address = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value.ptr()));
+    if (PyErr_Occurred()) throw py::error_already_set();
+  }
+  PyObject* backing = nullptr;
+  if (lookup(storage.ptr(), npu_name, &backing) < 0) throw py::error_already_set();
+  const py::object backing_object = py::reinterpret_steal<py::object>(backing);
+  if (backing != nullptr && THPStorage_Check(backing)) {
+    impl->set_nbytes(THPStorage_Unpack(backing).nbytes());
+  }
+  impl->set_data_ptr_noswap(c10::DataPtr(reinterpret_cast<void*>(address), npu_device));
+}
+
 // Give the npu storage whose Python object is ``storage`` the device memory ``held``.
 void set_memory(const py::object& storage, const py::object& held) {
   if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
+  show_address(storage, held);
 }
 
 // Tag npu storage ``storage`` (its Python object) with private format ``tag`` ((``_npu_fmt``
@@ -2215,5 +2240,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
         "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
   m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
+  m.def("show_address", &show_address,
+        "Show an npu storage's device memory as its data pointer and its backing's size.");
   m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }
