@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from msprof_py.adapter import native
 from msprof_py.device import SimulatedNpu
 
 Result = tuple[list[float], dict[str, torch.Tensor]]
@@ -244,6 +245,42 @@ def test_hf_trainer_with_per_step_logging_and_evaluation(npu: SimulatedNpu, tmp_
         return logged, model.state_dict()
 
     _assert_same(script)
+
+
+@pytest.mark.skipif(native.load() is None, reason=native.status())
+def test_hf_trainer_resumes_from_its_npu_checkpoint(npu: SimulatedNpu, tmp_path) -> None:
+    """The Trainer saves checkpoints of an npu model (weights by save_pretrained, optimizer,
+    scheduler and RNG states) and a new Trainer resumed from the first one ends with the same
+    weights as the run that went on."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32,
+    )  # fmt: skip
+
+    class Tokens(Dataset):
+        def __len__(self) -> int:
+            return 8
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(i))
+            return {"input_ids": ids, "labels": ids}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, save_steps=2,
+        logging_steps=1, report_to=[], disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    whole = transformers.Trainer(
+        model=transformers.BertForMaskedLM(config), args=args, train_dataset=Tokens()
+    )
+    whole.train()
+    resumed = transformers.Trainer(
+        model=transformers.BertForMaskedLM(config), args=args, train_dataset=Tokens()
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.args.device.type == "npu"
+    expected, got = whole.model.state_dict(), resumed.model.state_dict()
+    assert [k for k in expected if not torch.equal(expected[k].cpu(), got[k].cpu())] == []
 
 
 def test_hf_trainer_bf16_runs_on_npu(npu: SimulatedNpu, tmp_path) -> None:
