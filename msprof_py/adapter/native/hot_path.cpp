@@ -1002,8 +1002,8 @@ py::object hold_memory(const py::object& hold, PyObject* size, PyObject* stream_
 // or None), shows that memory's address as its data pointer and its host backing's size as its
 // nbytes, as a torch_npu storage shows its device memory: libraries tell storages apart by them
 // (transformers' tied-weight check when saving). No memory held (a graph's workspace): a null
-// pointer.
-void show_address(py::handle storage, py::handle held) {
+// pointer. ``nbytes``: the backing's size when the caller knows it (else looked up).
+void show_address(py::handle storage, py::handle held, int64_t nbytes = -1) {
   if (!THPStorage_Check(storage.ptr())) return;
   c10::StorageImpl* impl = THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
   if (impl->device_type() != c10::DeviceType::PrivateUse1) return;
@@ -1013,19 +1013,23 @@ void show_address(py::handle storage, py::handle held) {
     address = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value.ptr()));
     if (PyErr_Occurred()) throw py::error_already_set();
   }
-  PyObject* backing = nullptr;
-  if (lookup(storage.ptr(), npu_name, &backing) < 0) throw py::error_already_set();
-  const py::object backing_object = py::reinterpret_steal<py::object>(backing);
-  if (backing != nullptr && THPStorage_Check(backing)) {
-    impl->set_nbytes(THPStorage_Unpack(backing).nbytes());
+  if (nbytes < 0) {
+    PyObject* backing = nullptr;
+    if (lookup(storage.ptr(), npu_name, &backing) < 0) throw py::error_already_set();
+    const py::object backing_object = py::reinterpret_steal<py::object>(backing);
+    if (backing != nullptr && THPStorage_Check(backing)) {
+      nbytes = static_cast<int64_t>(THPStorage_Unpack(backing).nbytes());
+    }
   }
+  if (nbytes >= 0) impl->set_nbytes(nbytes);
   impl->set_data_ptr_noswap(c10::DataPtr(reinterpret_cast<void*>(address), npu_device));
 }
 
-// Give the npu storage whose Python object is ``storage`` the device memory ``held``.
-void set_memory(const py::object& storage, const py::object& held) {
+// Give the npu storage whose Python object is ``storage`` the device memory ``held`` (and show
+// it: show_address, ``nbytes`` as there).
+void set_memory(const py::object& storage, const py::object& held, int64_t nbytes = -1) {
   if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
-  show_address(storage, held);
+  show_address(storage, held, nbytes);
 }
 
 // Tag npu storage ``storage`` (its Python object) with private format ``tag`` ((``_npu_fmt``
@@ -1173,7 +1177,7 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
     const py::object stream_id = get(stream, s_stream_id);
     for (const auto& [storage, nbytes] : host.storages) {
       const py::int_ size(nbytes);
-      set_memory(storage, hold_memory(hold, size.ptr(), stream_id.ptr(), fast.name.ptr()));
+      set_memory(storage, hold_memory(hold, size.ptr(), stream_id.ptr(), fast.name.ptr()), nbytes);
     }
   }
   if (!fast.formats.is_none()) tag_formats(fast, device, stream, host.storages);
@@ -1654,7 +1658,7 @@ at::Tensor new_npu_tensor(const py::object& state, const std::vector<int64_t>& s
   const py::object held = hold_memory(device.hold, size.ptr(), stream_id.ptr(), tag);
   host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
   at::Tensor out = adopt(host, storage);
-  set_memory(storage, held);
+  set_memory(storage, held, static_cast<int64_t>(host.storage().nbytes()));
   return out;
 }
 
@@ -2240,7 +2244,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
         "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
   m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
-  m.def("show_address", &show_address,
+  m.def("show_address", [](py::handle storage, py::handle held) { show_address(storage, held); },
         "Show an npu storage's device memory as its data pointer and its backing's size.");
   m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }
