@@ -207,16 +207,22 @@ def test_compiled_model_trains_like_cpu_eager(npu: SimulatedNpu) -> None:
     _assert_same(script)
 
 
+class _MaskedTokens(Dataset):
+    """``count`` sequences of 12 token ids, each its own labels."""
+
+    def __init__(self, count: int = 8) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
 def test_hf_trainer_with_per_step_logging_and_evaluation(npu: SimulatedNpu, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-
-    class Tokens(Dataset):
-        def __len__(self) -> int:
-            return 16
-
-        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-            ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
 
     def script(device: str) -> Result:
         config = transformers.GPT2Config(
@@ -232,7 +238,7 @@ def test_hf_trainer_with_per_step_logging_and_evaluation(npu: SimulatedNpu, tmp_
             save_strategy="no", use_cpu=device == "cpu", disable_tqdm=True, seed=0,
         )  # fmt: skip
         trainer = transformers.Trainer(
-            model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens()
+            model=model, args=args, train_dataset=_MaskedTokens(16), eval_dataset=_MaskedTokens(16)
         )
         trainer.train()
         assert trainer.args.device.type == device
@@ -247,35 +253,30 @@ def test_hf_trainer_with_per_step_logging_and_evaluation(npu: SimulatedNpu, tmp_
     _assert_same(script)
 
 
+def _tiny_bert(transformers) -> nn.Module:
+    config = transformers.BertConfig(
+        vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=32,
+    )  # fmt: skip
+    return transformers.BertForMaskedLM(config)
+
+
 @pytest.mark.skipif(native.load() is None, reason=native.status())
 def test_hf_trainer_resumes_from_its_npu_checkpoint(npu: SimulatedNpu, tmp_path) -> None:
     """The Trainer saves checkpoints of an npu model (weights by save_pretrained, optimizer,
     scheduler and RNG states) and a new Trainer resumed from the first one ends with the same
     weights as the run that went on."""
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32,
-    )  # fmt: skip
-
-    class Tokens(Dataset):
-        def __len__(self) -> int:
-            return 8
-
-        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-            ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
-
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, save_steps=2,
         logging_steps=1, report_to=[], disable_tqdm=True, seed=0,
     )  # fmt: skip
     whole = transformers.Trainer(
-        model=transformers.BertForMaskedLM(config), args=args, train_dataset=Tokens()
+        model=_tiny_bert(transformers), args=args, train_dataset=_MaskedTokens()
     )
     whole.train()
     resumed = transformers.Trainer(
-        model=transformers.BertForMaskedLM(config), args=args, train_dataset=Tokens()
+        model=_tiny_bert(transformers), args=args, train_dataset=_MaskedTokens()
     )
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.args.device.type == "npu"
@@ -285,25 +286,12 @@ def test_hf_trainer_resumes_from_its_npu_checkpoint(npu: SimulatedNpu, tmp_path)
 
 def test_hf_trainer_bf16_runs_on_npu(npu: SimulatedNpu, tmp_path) -> None:
     transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=96, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=32,
-    )  # fmt: skip
-    model = transformers.BertForMaskedLM(config)
-
-    class Tokens(Dataset):
-        def __len__(self) -> int:
-            return 8
-
-        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-            ids = torch.randint(1, 96, (12,), generator=torch.Generator().manual_seed(i))
-            return {"input_ids": ids, "labels": ids}
-
+    model = _tiny_bert(transformers)
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=2, bf16=True,
         logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
     )  # fmt: skip
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens())
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_MaskedTokens())
     result = trainer.train()
     assert trainer.args.device.type == "npu"
     assert torch.isfinite(torch.tensor(result.training_loss))
