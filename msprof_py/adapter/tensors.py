@@ -128,7 +128,6 @@ def _attach(
 ) -> None:
     _hold_memory(npu_storage, backing.nbytes(), state, tag, held)
     npu_storage._npu = backing  # type: ignore[attr-defined]
-    _show_address(npu_storage)  # its nbytes are the backing's
 
 
 def _hold_memory(
@@ -138,33 +137,30 @@ def _hold_memory(
     tag: str,
     held: Any = _UNRESERVED,
 ) -> None:
-    """Give ``npu_storage`` device memory for ``nbytes`` (``held``: the handle when already
-    reserved), replacing what it held."""
+    """Give ``npu_storage`` device memory for ``nbytes``, the size of its backing (``held``: the
+    handle when already reserved), replacing what it held."""
     if held is _UNRESERVED:
         if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
             # a tensor created while a graph runs lives in the graph's workspace (or gets its
             # own memory when it leaves the graph: :func:`hold_own_memory`)
-            _set_memory(npu_storage, None)
+            _set_memory(npu_storage, None, nbytes)
             return
         held = reserve(nbytes, state, tag)
     # replacing the attribute frees the memory of a storage that was re-pointed or grown
-    _set_memory(npu_storage, held)
+    _set_memory(npu_storage, held, nbytes)
 
 
-def _set_memory(npu_storage: torch.UntypedStorage, held: Any) -> None:
+def _set_memory(npu_storage: torch.UntypedStorage, held: Any, nbytes: int = -1) -> None:
     """``npu_storage`` holds device memory ``held`` (a handle, or None in a graph's workspace);
     where the compiled path is built, the storage also shows that memory's address as its
-    ``data_ptr()`` and its backing's size as its ``nbytes()``, as torch_npu's storages do
-    (``show_address`` in ``hot_path.cpp``; without it both stay 0)."""
+    ``data_ptr()`` and its backing's size (``nbytes``, or looked up when -1) as its
+    ``nbytes()``, as torch_npu's storages do (``show_address`` in ``hot_path.cpp``; without it
+    both stay 0)."""
     npu_storage._npu_mem = held  # type: ignore[attr-defined]
-    _show_address(npu_storage)
-
-
-def _show_address(npu_storage: torch.UntypedStorage) -> None:
     from msprof_py.adapter import backend  # late: backend imports this module
 
     if backend.NATIVE is not None:
-        backend.NATIVE.show_address(npu_storage, getattr(npu_storage, "_npu_mem", None))
+        backend.NATIVE.show_address(npu_storage, held, nbytes)
 
 
 def adopt(

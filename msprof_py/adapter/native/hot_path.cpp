@@ -2244,7 +2244,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
         "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
   m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
-  m.def("show_address", [](py::handle storage, py::handle held) { show_address(storage, held); },
+  m.def("show_address", &show_address, py::arg("storage"), py::arg("held"),
+        py::arg("nbytes") = -1,
         "Show an npu storage's device memory as its data pointer and its backing's size.");
   m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }
