@@ -41,6 +41,7 @@ from msprof_py.adapter.tensors import (
     resync,
     set_storage_format,
     storage_format,
+    use_compiled_state,
 )
 from msprof_py.device import costmodel
 from msprof_py.device.formats import storage_bytes
@@ -56,6 +57,7 @@ _CPU_INDEX_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_
 _GROUPED = frozenset({"convolution_overrideable", "convolution_backward_overrideable"})
 #: the compiled per-op path, or None where only the Python path runs
 NATIVE = native.load()
+use_compiled_state(NATIVE)
 MISMATCH = (
     "Expected all tensors to be on the same device, but found at least two devices, npu:0 and cpu!"
 )
@@ -196,6 +198,7 @@ def check_native() -> None:
         if problem is not None:
             native.disable(f"self-test failed: {problem}")
             NATIVE = None
+            use_compiled_state(None)
 
 
 def _plain(plan: OpPlan) -> bool:

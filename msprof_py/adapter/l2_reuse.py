@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from msprof_py.adapter.opcost import PlannedKernel, dtype_name
+from msprof_py.adapter.tensors import memory_of
 from msprof_py.device import costmodel
 from msprof_py.device.formats import storage_bytes
 from msprof_py.device.l2 import L2Residency
@@ -43,7 +44,7 @@ def stored_bytes(key: tuple) -> int:
 
 
 def _address(t: torch.Tensor) -> int | None:
-    held = getattr(t.untyped_storage(), "_npu_mem", None)
+    held = memory_of(t)
     return None if held is None else held.address
 
 

@@ -2,16 +2,22 @@
 
 An npu tensor is an ordinary ``torch.Tensor`` on device ``npu:0`` whose own storage holds no
 bytes (``torch._C._acc.create_empty_tensor``). The values live in a *backing* storage — a CPU
-storage with numerics ``cpu``, a meta storage with numerics ``none`` — kept as attribute
-``_npu`` of the npu storage's Python object. Torch keeps that Python object alive exactly as
-long as the storage, so views, ``.data`` and ``detach`` share the backing bytes, and the
-simulated device memory returns to the caching allocator when torch frees the storage.
+storage with numerics ``cpu``, a meta storage with numerics ``none`` — that the npu storage
+keeps for as long as it lives, so views, ``.data`` and ``detach`` share the backing bytes, and
+the simulated device memory returns to the caching allocator when torch frees the storage.
 
-Attributes on the npu storage object:
-- ``_npu``: the backing ``UntypedStorage``;
-- ``_npu_mem``: the device memory it holds (returned when the object dies);
-- ``_npu_fmt``: ``(format, logical shape)`` when the data is held in an NPU-private format
-  (NC1HWC0, FRACTAL_Z ...); absent for ND.
+An npu storage's state (:func:`backing_of`, :func:`memory_of`, :func:`storage_format`):
+- its backing ``UntypedStorage``;
+- the device memory it holds (the allocator's handle, returned when it dies; None in a graph's
+  workspace);
+- ``(format, logical shape)`` when the data is held in an NPU-private format (NC1HWC0,
+  FRACTAL_Z ...); None for ND.
+
+Where the compiled per-op path is built, the state lives in the storage's ``DataPtr`` context
+(``hot_path.cpp``), which the compiled path reads and writes without a Python object per
+storage, and the storage shows its device memory's address as its ``data_ptr()``. Without it,
+the state is kept as attributes ``_npu``, ``_npu_mem`` and ``_npu_fmt`` of the storage's Python
+object, which torch keeps alive exactly as long as the storage.
 """
 
 from __future__ import annotations
@@ -63,14 +69,67 @@ def dense_non_overlapping(shape: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
+class _AttributeState:
+    """An npu storage's state as attributes of its Python object (no compiled path)."""
+
+    @staticmethod
+    def _storage(obj: torch.Tensor | torch.UntypedStorage) -> torch.UntypedStorage:
+        return obj.untyped_storage() if isinstance(obj, torch.Tensor) else obj
+
+    def storage_backing(self, obj: Any) -> torch.UntypedStorage | None:
+        return getattr(self._storage(obj), "_npu", None)
+
+    def set_storage_backing(self, obj: Any, backing: torch.UntypedStorage) -> None:
+        self._storage(obj)._npu = backing
+
+    def storage_memory(self, obj: Any) -> Any:
+        return getattr(self._storage(obj), "_npu_mem", None)
+
+    def set_storage_memory(self, obj: Any, held: Any, nbytes: int = -1) -> None:
+        self._storage(obj)._npu_mem = held
+
+    def storage_format(self, obj: Any) -> tuple[str, tuple[int, ...]] | None:
+        return getattr(self._storage(obj), "_npu_fmt", None)
+
+    def set_storage_format(self, obj: Any, fmt: tuple[str, tuple[int, ...]] | None) -> None:
+        storage = self._storage(obj)
+        if fmt is not None:
+            storage._npu_fmt = fmt
+        elif hasattr(storage, "_npu_fmt"):
+            del storage._npu_fmt
+
+
+#: where npu storages keep their state: the compiled path's module (``DataPtr`` contexts) or
+#: the storages' Python attributes
+_STATE: Any = _AttributeState()
+
+
+def use_compiled_state(module: Any | None) -> None:
+    """Keep npu storages' state in the compiled path's ``module`` (None: as Python attributes).
+    Chosen once, before the first npu tensor: a storage keeps its state where it was made."""
+    global _STATE
+    _STATE = _AttributeState() if module is None else module
+
+
+def backing_of(obj: torch.Tensor | torch.UntypedStorage) -> torch.UntypedStorage | None:
+    """The backing storage of npu tensor or storage ``obj`` (None: it has none)."""
+    return _STATE.storage_backing(obj)
+
+
+def memory_of(obj: torch.Tensor | torch.UntypedStorage) -> Any:
+    """The device memory handle npu tensor or storage ``obj`` holds (None: none, or a graph's
+    workspace)."""
+    return _STATE.storage_memory(obj)
+
+
 def backing_storage(t: torch.Tensor) -> torch.UntypedStorage:
     """The CPU (or meta) storage that holds ``t``'s values."""
-    try:
-        return t.untyped_storage()._npu  # type: ignore[attr-defined]
-    except AttributeError:
+    backing = _STATE.storage_backing(t)
+    if backing is None:
         raise RuntimeError(
             "this npu tensor has no backing storage (was it created outside msprof-py?)"
-        ) from None
+        )
+    return backing
 
 
 #: (dtype, host device) -> an empty tensor whose ``new_empty`` starts a host view (cheaper than
@@ -98,9 +157,9 @@ def reserve(nbytes: int, state: AdapterState, tag: str) -> Any:
     """Device memory for a new storage of ``nbytes``: the allocator's handle, which frees it
     when it dies (None for 0 bytes; raises torch's OutOfMemoryError).
 
-    The handle is kept as the npu storage's ``_npu_mem``: torch keeps the storage's Python
-    object alive exactly as long as the storage, so the block returns to the caching allocator
-    when torch frees the storage (in C with the compiled allocator core)."""
+    The npu storage keeps the handle (:func:`memory_of`) as long as it lives, so the block
+    returns to the caching allocator when torch frees the storage (in C with the compiled
+    allocator core)."""
     try:
         return state.npu.memory.hold(nbytes, state.stream.stream_id, tag)
     except NpuOutOfMemoryError as exc:
@@ -119,48 +178,50 @@ def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
 _UNRESERVED: Any = object()
 
 
+#: an npu tensor or its storage: what the state functions take (a tensor where there is one:
+#: with the compiled path, asking for ``untyped_storage()`` makes the storage a Python object,
+#: which torch counts as a holder of the storage, so autograd would no longer accumulate a
+#: gradient into it in place)
+NpuStorage = torch.Tensor | torch.UntypedStorage
+
+
 def _attach(
-    npu_storage: torch.UntypedStorage,
+    npu: NpuStorage,
     backing: torch.UntypedStorage,
     state: AdapterState,
     tag: str,
     held: Any = _UNRESERVED,
 ) -> None:
-    _hold_memory(npu_storage, backing.nbytes(), state, tag, held)
-    npu_storage._npu = backing  # type: ignore[attr-defined]
+    _hold_memory(npu, backing.nbytes(), state, tag, held)
+    _STATE.set_storage_backing(npu, backing)
 
 
 def _hold_memory(
-    npu_storage: torch.UntypedStorage,
+    npu: NpuStorage,
     nbytes: int,
     state: AdapterState,
     tag: str,
     held: Any = _UNRESERVED,
 ) -> None:
-    """Give ``npu_storage`` device memory for ``nbytes``, the size of its backing (``held``: the
-    handle when already reserved), replacing what it held."""
+    """Give ``npu``'s storage device memory for ``nbytes``, the size of its backing (``held``:
+    the handle when already reserved), replacing what it held."""
     if held is _UNRESERVED:
-        if state.capture is not None and getattr(npu_storage, "_npu_mem", None) is None:
+        if state.capture is not None and _STATE.storage_memory(npu) is None:
             # a tensor created while a graph runs lives in the graph's workspace (or gets its
             # own memory when it leaves the graph: :func:`hold_own_memory`)
-            _set_memory(npu_storage, None, nbytes)
+            _set_memory(npu, None, nbytes)
             return
         held = reserve(nbytes, state, tag)
-    # replacing the attribute frees the memory of a storage that was re-pointed or grown
-    _set_memory(npu_storage, held, nbytes)
+    # replacing the handle frees the memory of a storage that was re-pointed or grown
+    _set_memory(npu, held, nbytes)
 
 
-def _set_memory(npu_storage: torch.UntypedStorage, held: Any, nbytes: int = -1) -> None:
-    """``npu_storage`` holds device memory ``held`` (a handle, or None in a graph's workspace);
-    where the compiled path is built, the storage also shows that memory's address as its
-    ``data_ptr()`` and its backing's size (``nbytes``, or looked up when -1) as its
-    ``nbytes()``, as torch_npu's storages do (``show_address`` in ``hot_path.cpp``; without it
-    both stay 0)."""
-    npu_storage._npu_mem = held  # type: ignore[attr-defined]
-    from msprof_py.adapter import backend  # late: backend imports this module
-
-    if backend.NATIVE is not None:
-        backend.NATIVE.show_address(npu_storage, held, nbytes)
+def _set_memory(npu: NpuStorage, held: Any, nbytes: int = -1) -> None:
+    """``npu``'s storage holds device memory ``held`` (a handle, or None in a graph's
+    workspace); where the compiled path is built, the storage also shows that memory's address
+    as its ``data_ptr()`` and its backing's size (``nbytes``, or looked up when -1) as its
+    ``nbytes()``, as torch_npu's storages do (without it both stay 0)."""
+    _STATE.set_storage_memory(npu, held, nbytes)
 
 
 def adopt(
@@ -172,8 +233,12 @@ def adopt(
     reserve before allocating host memory, so a request the device cannot hold fails as an npu
     out-of-memory error).
     """
+    if not isinstance(_STATE, _AttributeState):  # made as the compiled path makes it
+        out = _STATE.adopt(result)
+        _hold_memory(out, result.untyped_storage().nbytes(), state, tag, held)
+        return out
     out = _create_empty(result.shape, result.dtype)
-    _attach(out.untyped_storage(), result.untyped_storage(), state, tag, held)
+    _attach(out, result.untyped_storage(), state, tag, held)
     if result.storage_offset() or result.stride() != out.stride():
         _set_meta(
             _META_KEYS,
@@ -193,8 +258,7 @@ def adopt(
 def attach_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
     """Device memory for new npu tensor ``t``, whose storage already holds its backing (made by
     the compiled per-op path, :mod:`msprof_py.adapter.native`)."""
-    storage = t.untyped_storage()
-    _hold_memory(storage, storage._npu.nbytes(), state, tag)  # type: ignore[attr-defined]
+    _hold_memory(t, backing_storage(t).nbytes(), state, tag)
 
 
 def new_tensor(
@@ -239,55 +303,48 @@ def resync(t: torch.Tensor, view: torch.Tensor, state: AdapterState, tag: str) -
         and t.stride() == view.stride()
         and t.storage_offset() == view.storage_offset()
     )
-    storage = t.untyped_storage()
     backing = view.untyped_storage()
-    old = getattr(storage, "_npu", None)
+    old = _STATE.storage_backing(t)
     grown = old is not None and old.nbytes() != backing.nbytes()
     if same_meta and old is backing and not grown:
         return
     if old is not backing or grown:
-        _attach(storage, backing, state, tag)
-    _set_meta(_META_KEYS, t, storage, view.storage_offset(), view.shape, view.stride())
+        _attach(t, backing, state, tag)
+    _set_meta(_META_KEYS, t, t.untyped_storage(), view.storage_offset(), view.shape, view.stride())
 
 
 def storage_format(t: torch.Tensor) -> tuple[str, tuple[int, ...]] | None:
     """``(format, logical shape)`` of ``t``'s data when held in a private format, else None."""
-    return getattr(t.untyped_storage(), "_npu_fmt", None)
+    return _STATE.storage_format(t)
 
 
 def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: str) -> None:
     """Make ``t``'s storage hold at least ``nbytes`` of device memory (a padded private format
     takes more than the logical bytes)."""
-    storage = t.untyped_storage()
-    held = getattr(storage, "_npu_mem", None)
+    held = _STATE.storage_memory(t)
     if held is None and state.capture is not None:  # in a graph's workspace
         return
     current = state.npu.memory.block_size(held.address) if held is not None else 0
     if nbytes > current:
-        _set_memory(storage, reserve(nbytes, state, tag))
+        _set_memory(t, reserve(nbytes, state, tag))
 
 
 def hold_own_memory(t: torch.Tensor, state: AdapterState, tag: str) -> None:
     """Give ``t``'s storage device memory of its own if it has none (a tensor created in a
     graph's workspace that outlives the graph call); its padded size if held in a private
     format."""
-    storage = t.untyped_storage()
-    backing = getattr(storage, "_npu", None)
-    if backing is None or getattr(storage, "_npu_mem", None) is not None:
+    backing = _STATE.storage_backing(t)
+    if backing is None or _STATE.storage_memory(t) is not None:
         return
     nbytes = backing.nbytes()
-    fmt = getattr(storage, "_npu_fmt", None)
+    fmt = _STATE.storage_format(t)
     if fmt is not None:
         nbytes = max(nbytes, storage_bytes(fmt[1], dtype_name(t.dtype), fmt[0]))
     if nbytes > 0:
-        _set_memory(storage, reserve(nbytes, state, tag))
+        _set_memory(t, reserve(nbytes, state, tag))
 
 
 def set_storage_format(t: torch.Tensor, fmt: str | None, shape: tuple[int, ...] = ()) -> None:
     """Tag ``t``'s storage as held in ``fmt`` (None or ``"ND"``: the plain layout)."""
-    storage = t.untyped_storage()
-    if fmt is None or fmt == "ND":
-        if hasattr(storage, "_npu_fmt"):
-            del storage._npu_fmt  # type: ignore[attr-defined]
-    else:
-        storage._npu_fmt = (fmt, shape)  # type: ignore[attr-defined]
+    plain = fmt is None or fmt == "ND"
+    _STATE.set_storage_format(t, None if plain else (fmt, shape))

@@ -2,8 +2,12 @@
 
 ``python native_parity.py OUT`` records into ``OUT`` and prints one JSON line: which per-op
 path ran (``msprof_py.adapter.native.status()``), the losses, a digest of the final
-parameters and the profile's fingerprint (table digests, row counts, gate figures). Run with
-``MSPROF_NATIVE=0`` and without, the two lines must agree but for the path.
+parameters and the profile's fingerprint (table digests, row counts, gate figures) and the
+host ops' names with their counts. ``python native_parity.py OUT python`` sends every op down
+the Python path although the compiled one is built: the two lines must agree but for the path.
+Without a build (``MSPROF_NATIVE=0``) storages keep their state as Python objects, which torch
+counts as holders: autograd then adds gradients that meet out of place (``aten::add``) where
+the compiled build adds them in place (``aten::add_``), as CPU eager and torch_npu do.
 """
 
 from __future__ import annotations
@@ -42,12 +46,16 @@ class Net(nn.Module):
         return self.head(torch.cat([seen, pooled], dim=1))
 
 
-def main(out: Path) -> None:
-    from msprof_py.adapter import native
+def main(out: Path, python_path: bool) -> None:
+    from msprof_py.adapter import backend, native, runtime
 
     torch.manual_seed(0)
     losses = []
     with msprof_py.record(out) as rec:
+        if python_path and backend.NATIVE is not None:
+            assert runtime.STATE is not None
+            runtime.STATE.native = False
+            backend.NATIVE.set_direct(False)
         model = Net().to("npu")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         scaler = torch.npu.amp.GradScaler()
@@ -75,11 +83,17 @@ def main(out: Path) -> None:
                 "losses": losses,
                 "params": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
                 "profile": fingerprint(Path(rec.run_dir)),
+                "host_ops": _host_op_counts(Path(rec.run_dir)),
             },
             sort_keys=True,
         )
     )
 
 
+def _host_op_counts(run_dir: Path) -> dict[str, int]:
+    names = msprof_py.load(run_dir).tables["host_events"]["name"]
+    return {str(name): int(count) for name, count in names.value_counts().items()}
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:] == ["python"])

@@ -57,6 +57,7 @@ def optimizer_runs() -> dict[str, Any]:
         f"""
         import json, torch, torch.nn as nn, msprof_py.adapter as ad
         from msprof_py.device import TaskLog
+        from msprof_py.adapter.tensors import backing_of
         npu = ad.install(numerics="none")
         import torch_npu
         O = torch.optim
@@ -74,7 +75,7 @@ def optimizer_runs() -> dict[str, Any]:
                     opt.step()
                     steps.append(len(log.tasks) - before)
                 runs[name] = {{"error": None, "steps": steps,
-                              "meta": all(p.untyped_storage()._npu.device.type == "meta"
+                              "meta": all(backing_of(p).device.type == "meta"
                                           for p in model.parameters())}}
             except Exception as exc:
                 runs[name] = {{"error": f"{{type(exc).__name__}}: {{exc}}"}}

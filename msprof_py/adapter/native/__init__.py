@@ -27,7 +27,7 @@ from msprof_py.device.native import LazyBuild, build_dir, import_build
 SOURCES = [Path(__file__).with_name(name) for name in ("hot_path.cpp", "device_guard.cpp")]
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 20
+ABI_VERSION = 21
 _RECORD = "build.json"
 
 
@@ -112,7 +112,7 @@ def self_test(module: ModuleType) -> str | None:
     ):
         if a != b:
             return f"{what} differ ({a} against {b})"
-    if getattr(ours.untyped_storage(), "_npu", None) is None:
+    if module.storage_backing(ours) is None:
         return "its tensors have no backing storage"
     return None
 

@@ -69,11 +69,11 @@ namespace {
 using Tensors = c10::SmallVector<at::Tensor, 4>;
 //: bytes of a key fragment (the storage formats of a call's npu inputs)
 using Bytes = c10::SmallVector<char, 64>;
-//: fresh outputs' storages: (the storage's Python object, the bytes of its backing)
-using Storages = c10::SmallVector<std::pair<py::object, int64_t>, 4>;
+//: fresh outputs' storages (kept alive by their tensors) and the bytes of their backings
+using Storages = c10::SmallVector<std::pair<c10::StorageImpl*, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 20;
+constexpr int kAbiVersion = 21;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -150,11 +150,71 @@ py::object device_oom;
 std::deque<OpEntry> ops;
 //: registered ops by the address of their schema (the dispatcher's, stable): npu_kernel's lookup
 std::unordered_map<const c10::FunctionSchema*, int> op_ids;
-PyObject* npu_name = nullptr;  // "_npu"
-PyObject* fmt_name = nullptr;  // "_npu_fmt"
 const c10::Device npu_device(c10::DeviceType::PrivateUse1, 0);
 //: the allocator of the npu storages torch's Python backend makes (set by init())
 c10::Allocator* npu_allocator = nullptr;
+
+// ---- an npu storage's state ---------------------------------------------------------------
+//
+// An npu storage holds no bytes. What it stands for lives in its DataPtr's context, so that
+// the compiled path reads and writes it without a Python object per storage: the backing
+// storage holding its values (CPU, or meta with numerics "none"), the device memory it holds
+// (the allocator's handle, which returns the block when it dies; absent in a graph's
+// workspace) and, for data held in a private format, ``(format, logical shape)``. The DataPtr's
+// data pointer is the held memory's device address (show_address). The context dies with the
+// storage, as the storage's Python object and its attributes did before (tensors.py keeps that
+// form where this module is not built).
+struct StorageState {
+  c10::Storage backing;
+  //: owned references, or null
+  PyObject* held = nullptr;
+  PyObject* fmt = nullptr;
+};
+
+// The context's deleter: drops the Python references with the GIL (torch may free a storage
+// on a thread without it), none once Python is gone.
+void delete_state(void* context) {
+  auto* state = static_cast<StorageState*>(context);
+  if ((state->held != nullptr || state->fmt != nullptr) && Py_IsInitialized()) {
+    const PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XDECREF(state->held);
+    Py_XDECREF(state->fmt);
+    PyGILState_Release(gil);
+  }
+  delete state;
+}
+
+// ``storage``'s state, or null for a storage msprof-py gave none.
+StorageState* state_of(const c10::StorageImpl* storage) {
+  const c10::DataPtr& data = storage->data_ptr();
+  if (data.get_deleter() != &delete_state) return nullptr;
+  return static_cast<StorageState*>(data.get_context());
+}
+
+// ``storage``'s state, made empty where it has none (its data pointer kept).
+StorageState& ensure_state(c10::StorageImpl* storage) {
+  if (StorageState* state = state_of(storage)) return *state;
+  auto* state = new StorageState();
+  void* address = storage->data_ptr().get();
+  storage->set_data_ptr_noswap(c10::DataPtr(address, state, &delete_state, npu_device));
+  return *state;
+}
+
+// Point ``storage``'s data pointer at ``address``, its state kept.
+void set_address(c10::StorageImpl* storage, void* address) {
+  StorageState& state = ensure_state(storage);
+  storage->_mutable_data_ptr_no_checks().release_context();
+  storage->set_data_ptr_noswap(c10::DataPtr(address, &state, &delete_state, npu_device));
+}
+
+// Replace an owned reference (the old one dropped after the new is in place: dropping a memory
+// handle frees its block, which may run Python).
+void replace_reference(PyObject*& slot, PyObject* value) {
+  PyObject* old = slot;
+  Py_XINCREF(value);
+  slot = value;
+  Py_XDECREF(old);
+}
 
 // Optional attribute lookup without raising on a miss (1: found, 0: missing, -1: error).
 int lookup(PyObject* obj, PyObject* name, PyObject** out) {
@@ -582,64 +642,41 @@ class Unwrapper {
       return true;
     }
     if (!t.has_storage()) return false;
-    PyObject* storage = THPStorage_Wrap(t.storage());
-    if (storage == nullptr) {
-      PyErr_Clear();
-      return false;
-    }
-    PyObject* backing = nullptr;
-    PyObject* fmt = nullptr;
-    const bool ok = lookup(storage, npu_name, &backing) == 1 &&
-                    lookup(storage, fmt_name, &fmt) >= 0 && THPStorage_Check(backing);
-    Py_DECREF(storage);
-    if (fmt != nullptr) formatted = true;  // held in a private format
+    const StorageState* state = state_of(t.storage().unsafeGetStorageImpl());
+    if (state == nullptr || !state->backing) return false;
+    if (state->fmt != nullptr) formatted = true;  // held in a private format
     const size_t at = formats.size();
-    if (ok && !put_format(formats, fmt, t)) formats_known = false;
-    Py_XDECREF(fmt);
-    if (!ok) {
-      Py_XDECREF(backing);
-      PyErr_Clear();
-      return false;
-    }
-    const c10::Storage& bytes = THPStorage_Unpack(backing);
-    const bool on_cpu = bytes.device_type() == c10::DeviceType::CPU;
-    if (on_cpu) {
-      host = at::detail::make_tensor<c10::TensorImpl>(
-          c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-      host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
-                                                        t.storage_offset());
-      add_seen(impl, Seen{host, at, formats.size() - at});
-      note_written(t, host);
-    }
-    Py_DECREF(backing);
-    return on_cpu;
+    if (!put_format(formats, state->fmt, t)) formats_known = false;
+    const c10::Storage& bytes = state->backing;
+    if (bytes.device_type() != c10::DeviceType::CPU) return false;
+    host = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    add_seen(impl, Seen{host, at, formats.size() - at});
+    note_written(t, host);
+    return true;
   }
 };
 
 // A new npu tensor holding CPU tensor ``result``'s values: sizes, strides and offset of
-// ``result``, a storage without bytes whose Python object (``storage``) keeps ``result``'s
-// storage as ``_npu``. Its device memory comes from Python (tensors.attach_memory) or the fast
-// launch. Throws the Python error.
-at::Tensor adopt(const at::Tensor& result, py::object& storage_object) {
+// ``result``, a storage without bytes whose state's backing is ``result``'s storage. Its device
+// memory comes from Python (tensors.attach_memory) or the fast launch.
+at::Tensor adopt(const at::Tensor& result) {
   if (npu_allocator == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "msprof_hot_path: init() was not called");
     throw py::error_already_set();
   }
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, npu_device),
-                       npu_allocator, true);
+  auto* state = new StorageState();
+  state->backing = result.storage();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0,
+                       c10::DataPtr(nullptr, state, &delete_state, npu_device), npu_allocator,
+                       true);
   at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), result.dtype());
   c10::TensorImpl* impl = out.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(result.sizes(), result.strides(), result.storage_offset());
   if (result.is_conj()) impl->_set_conj(true);
   if (result.is_neg()) impl->_set_neg(true);
-  PyObject* npu_storage = THPStorage_Wrap(out.storage());
-  if (npu_storage == nullptr) throw py::error_already_set();
-  storage_object = py::reinterpret_steal<py::object>(npu_storage);
-  PyObject* backing = THPStorage_Wrap(result.storage());
-  const int set = backing == nullptr ? -1 : PyObject_SetAttr(npu_storage, npu_name, backing);
-  Py_XDECREF(backing);
-  if (set != 0) throw py::error_already_set();
   return out;
 }
 
@@ -668,7 +705,7 @@ struct HostCall {
   Tensors outputs;
   //: the npu tensors adopt() made (they need device memory)
   Tensors fresh;
-  //: for each of ``fresh``: its storage's Python object and the bytes of its backing
+  //: for each of ``fresh``: its storage and the bytes of its backing
   Storages storages;
   //: written tensors the kernel resized or re-pointed: (npu tensor, host view)
   std::vector<std::pair<at::Tensor, at::Tensor>> stale;
@@ -684,9 +721,9 @@ struct HostCall {
         outputs.emplace_back();
         return value;
       }
-      py::object storage;
-      at::Tensor out = adopt(t, storage);
-      storages.emplace_back(std::move(storage), static_cast<int64_t>(t.storage().nbytes()));
+      at::Tensor out = adopt(t);
+      storages.emplace_back(out.storage().unsafeGetStorageImpl(),
+                            static_cast<int64_t>(t.storage().nbytes()));
       outputs.push_back(out);
       fresh.push_back(out);
       return out;
@@ -755,7 +792,6 @@ PyObject* s_memory = nullptr;
 PyObject* s_hold = nullptr;
 PyObject* s_launch_kernel = nullptr;
 PyObject* s_attrs = nullptr;
-PyObject* s_npu_mem = nullptr;
 PyObject* s_block_size = nullptr;
 PyObject* s_address = nullptr;
 PyObject* s_state = nullptr;
@@ -998,53 +1034,41 @@ py::object hold_memory(const py::object& hold, PyObject* size, PyObject* stream_
   }
 }
 
-// The npu storage whose Python object is ``storage``, holding device memory ``held`` (a handle
-// or None), shows that memory's address as its data pointer and its host backing's size as its
+// Show ``storage``'s held device memory as its data pointer and its backing's size as its
 // nbytes, as a torch_npu storage shows its device memory: libraries tell storages apart by them
 // (transformers' tied-weight check when saving). No memory held (a graph's workspace): a null
 // pointer. ``nbytes``: the backing's size when the caller knows it (else looked up).
-void show_address(py::handle storage, py::handle held, int64_t nbytes = -1) {
-  if (!THPStorage_Check(storage.ptr())) return;
-  c10::StorageImpl* impl = THPStorage_Unpack(storage.ptr()).unsafeGetStorageImpl();
-  if (impl->device_type() != c10::DeviceType::PrivateUse1) return;
+void show_address(c10::StorageImpl* storage, const StorageState& state, int64_t nbytes) {
   uintptr_t address = 0;
-  if (!held.is_none()) {
-    const py::object value = get(held, s_address);
+  if (state.held != nullptr) {
+    const py::object value = get(state.held, s_address);
     address = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(value.ptr()));
     if (PyErr_Occurred()) throw py::error_already_set();
   }
-  if (nbytes < 0) {
-    PyObject* backing = nullptr;
-    if (lookup(storage.ptr(), npu_name, &backing) < 0) throw py::error_already_set();
-    const py::object backing_object = py::reinterpret_steal<py::object>(backing);
-    if (backing != nullptr && THPStorage_Check(backing)) {
-      nbytes = static_cast<int64_t>(THPStorage_Unpack(backing).nbytes());
-    }
-  }
-  if (nbytes >= 0) impl->set_nbytes(nbytes);
-  impl->set_data_ptr_noswap(c10::DataPtr(reinterpret_cast<void*>(address), npu_device));
+  if (nbytes < 0 && state.backing) nbytes = static_cast<int64_t>(state.backing.nbytes());
+  if (nbytes >= 0) storage->set_nbytes(nbytes);
+  set_address(storage, reinterpret_cast<void*>(address));
 }
 
-// Give the npu storage whose Python object is ``storage`` the device memory ``held`` (and show
-// it: show_address, ``nbytes`` as there).
-void set_memory(const py::object& storage, const py::object& held, int64_t nbytes = -1) {
-  if (PyObject_SetAttr(storage.ptr(), s_npu_mem, held.ptr()) != 0) throw py::error_already_set();
-  show_address(storage, held, nbytes);
+// Give ``storage`` the device memory ``held`` (a handle, or None in a graph's workspace), the
+// memory it held before returned, and show it (show_address, ``nbytes`` as there).
+void set_memory(c10::StorageImpl* storage, py::handle held, int64_t nbytes = -1) {
+  StorageState& state = ensure_state(storage);
+  replace_reference(state.held, held.is_none() ? nullptr : held.ptr());
+  show_address(storage, state, nbytes);
 }
 
-// Tag npu storage ``storage`` (its Python object) with private format ``tag`` ((``_npu_fmt``
-// value, padded device bytes, memory tag)), as tensors.set_storage_format does, and hold it in
-// its padded size when that exceeds its block (tensors.hold_device_bytes).
-void tag_storage(const py::object& storage, PyObject* tag, const DeviceObjects& device,
+// Tag ``storage`` with private format ``tag`` ((``_npu_fmt`` value, padded device bytes,
+// memory tag)), as tensors.set_storage_format does, and hold it in its padded size when that
+// exceeds its block (tensors.hold_device_bytes).
+void tag_storage(c10::StorageImpl* storage, PyObject* tag, const DeviceObjects& device,
                  const py::object& stream) {
-  if (PyObject_SetAttr(storage.ptr(), fmt_name, PyTuple_GET_ITEM(tag, 0)) != 0) {
-    throw py::error_already_set();
-  }
+  StorageState& state = ensure_state(storage);
+  replace_reference(state.fmt, PyTuple_GET_ITEM(tag, 0));
   PyObject* padded = PyTuple_GET_ITEM(tag, 1);
-  const py::object held = get(storage, s_npu_mem);
   long long current = 0;
-  if (!held.is_none()) {
-    const py::object address = get(held, s_address);
+  if (state.held != nullptr) {
+    const py::object address = get(state.held, s_address);
     current = PyLong_AsLongLong(call(device.block_size, {address.ptr()}).ptr());
     if (current == -1 && PyErr_Occurred()) throw py::error_already_set();
   }
@@ -1167,9 +1191,7 @@ bool fast_launch(const FastLaunch& fast, py::handle state, const HostCall& host)
                   context.attrs);
     if (PyTuple_GET_SIZE(kernel) == kConversionEntry) {  // an input converted for good
       const at::Tensor& input = host.unwrap.npu_inputs[PyLong_AsSsize_t(PyTuple_GET_ITEM(kernel, 4))];
-      PyObject* storage = THPStorage_Wrap(input.storage());
-      if (storage == nullptr) throw py::error_already_set();
-      tag_storage(py::reinterpret_steal<py::object>(storage), PyTuple_GET_ITEM(kernel, 5), device,
+      tag_storage(input.storage().unsafeGetStorageImpl(), PyTuple_GET_ITEM(kernel, 5), device,
                   stream);
     }
   }
@@ -1641,10 +1663,10 @@ PyObject* empty_strided_tag = nullptr;
 // A new npu tensor of ``sizes``, ``strides`` (none negative) and ``dtype``, made as
 // tensors.new_tensor makes it: device memory held first under ``tag`` (so a request the device
 // cannot hold fails as an npu out-of-memory error before host memory is touched), then the host
-// tensor (``host``), adopted (``storage``: its storage's Python object).
+// tensor (``host``), adopted.
 at::Tensor new_npu_tensor(const py::object& state, const std::vector<int64_t>& sizes,
                           const std::vector<int64_t>& strides, at::ScalarType dtype,
-                          PyObject* tag, at::Tensor& host, py::object& storage) {
+                          PyObject* tag, at::Tensor& host) {
   int64_t elements = 1;  // what the storage spans: tensors.new_tensor's count
   bool none = false;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -1657,8 +1679,9 @@ at::Tensor new_npu_tensor(const py::object& state, const std::vector<int64_t>& s
   const py::int_ size(elements * static_cast<int64_t>(c10::elementSize(dtype)));
   const py::object held = hold_memory(device.hold, size.ptr(), stream_id.ptr(), tag);
   host = at::empty_strided(sizes, strides, at::TensorOptions().dtype(dtype));
-  at::Tensor out = adopt(host, storage);
-  set_memory(storage, held, static_cast<int64_t>(host.storage().nbytes()));
+  at::Tensor out = adopt(host);
+  set_memory(out.storage().unsafeGetStorageImpl(), held,
+             static_cast<int64_t>(host.storage().nbytes()));
   return out;
 }
 
@@ -1702,9 +1725,8 @@ bool make_factory(const c10::FunctionSchema& schema, const std::vector<c10::IVal
                                    ? c10::typeMetaToScalarType(c10::get_default_dtype())
                                    : dtype_value.toScalarType();
   at::Tensor host;
-  py::object storage;
   torch::jit::push(stack, new_npu_tensor(state, sizes, strides, dtype,
-                                         strided ? empty_strided_tag : empty_tag, host, storage));
+                                         strided ? empty_strided_tag : empty_tag, host));
   return true;
 }
 
@@ -1877,10 +1899,12 @@ bool run_cast(const std::vector<c10::IValue>& arguments, torch::jit::Stack* stac
   DeviceCopy copy;
   if (!cast_key(src, *dtype, src_host, key) || !copy.find(key, state)) return false;
   at::Tensor host;
-  Storages storages(1);
   const at::Tensor dst = new_npu_tensor(state, src.sizes().vec(), src.strides().vec(), *dtype,
-                                        empty_strided_tag, host, storages[0].first);
+                                        empty_strided_tag, host);
   if (!copy.fast().formats.is_none()) {
+    Storages storages;
+    storages.emplace_back(dst.storage().unsafeGetStorageImpl(),
+                          static_cast<int64_t>(host.storage().nbytes()));
     tag_formats(copy.fast(), objects_of(copy.context().npu), copy.stream(), storages);
   }
   copy.run(state, src, dst, host, src_host, stack);
@@ -2157,8 +2181,69 @@ void init(const at::Tensor& like, py::object oom_type, py::object raise_oom) {
 py::object empty_npu(std::vector<int64_t> sizes, py::object dtype) {
   const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
   at::Tensor host = at::empty(sizes, at::TensorOptions().dtype(scalar_type));
-  py::object storage;
-  return python_tensors(c10::IValue(adopt(host, storage)));
+  return python_tensors(c10::IValue(adopt(host)));
+}
+
+// ---- an npu storage's state from Python (tensors.py) ---------------------------------------
+
+// The npu storage of ``obj``, an npu tensor or the Python object of an npu storage; null for
+// anything else.
+c10::StorageImpl* npu_storage_of(py::handle obj) {
+  c10::StorageImpl* storage = nullptr;
+  if (THPVariable_Check(obj.ptr())) {
+    const at::Tensor& t = THPVariable_Unpack(obj.ptr());
+    if (t.has_storage()) storage = t.storage().unsafeGetStorageImpl();
+  } else if (THPStorage_Check(obj.ptr())) {
+    storage = THPStorage_Unpack(obj.ptr()).unsafeGetStorageImpl();
+  }
+  if (storage == nullptr || storage->device_type() != c10::DeviceType::PrivateUse1) return nullptr;
+  return storage;
+}
+
+c10::StorageImpl* npu_storage_or_throw(py::handle obj) {
+  c10::StorageImpl* storage = npu_storage_of(obj);
+  if (storage == nullptr) throw py::type_error("expected an npu tensor or storage");
+  return storage;
+}
+
+py::object borrowed_or_none(PyObject* value) {
+  return value == nullptr ? py::none() : py::reinterpret_borrow<py::object>(value);
+}
+
+// The backing storage (an UntypedStorage) of ``obj``'s npu storage, or None.
+py::object storage_backing(py::handle obj) {
+  const c10::StorageImpl* storage = npu_storage_of(obj);
+  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  if (state == nullptr || !state->backing) return py::none();
+  PyObject* wrapped = THPStorage_Wrap(state->backing);
+  if (wrapped == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(wrapped);
+}
+
+// Make ``backing`` (an UntypedStorage) the backing of ``obj``'s npu storage.
+void set_storage_backing(py::handle obj, py::handle backing) {
+  if (!THPStorage_Check(backing.ptr())) throw py::type_error("the backing must be a storage");
+  ensure_state(npu_storage_or_throw(obj)).backing = THPStorage_Unpack(backing.ptr());
+}
+
+// The device memory handle ``obj``'s npu storage holds, or None.
+py::object storage_memory(py::handle obj) {
+  const c10::StorageImpl* storage = npu_storage_of(obj);
+  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  return borrowed_or_none(state == nullptr ? nullptr : state->held);
+}
+
+// ``(format, logical shape)`` of ``obj``'s npu storage when held in a private format, or None.
+py::object storage_format(py::handle obj) {
+  const c10::StorageImpl* storage = npu_storage_of(obj);
+  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  return borrowed_or_none(state == nullptr ? nullptr : state->fmt);
+}
+
+// Tag ``obj``'s npu storage as held in private format ``fmt`` (None: the plain layout).
+void set_storage_format(py::handle obj, py::handle fmt) {
+  StorageState& state = ensure_state(npu_storage_or_throw(obj));
+  replace_reference(state.fmt, fmt.is_none() ? nullptr : fmt.ptr());
 }
 
 // The Python (args, kwargs) npu_kernel hands a Python kernel for op ``name`` called with
@@ -2175,14 +2260,12 @@ py::tuple boxed_arguments(const std::string& name, const std::string& overload, 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  npu_name = PyUnicode_InternFromString("_npu");
-  fmt_name = PyUnicode_InternFromString("_npu_fmt");
   const std::pair<PyObject**, const char*> names[] = {
       {&s_capture, "capture"}, {&s_npu, "npu"},         {&s_l2, "l2"},
       {&s_compiled, "compiled"}, {&s_epoch, "epoch"},   {&s_engine, "engine"},
       {&s_bus, "bus"},         {&s_active, "active"},   {&s_stream, "stream"},
       {&s_stream_id, "stream_id"}, {&s_memory, "memory"}, {&s_hold, "hold"},
-      {&s_launch_kernel, "launch_kernel"}, {&s_attrs, "attrs"}, {&s_npu_mem, "_npu_mem"},
+      {&s_launch_kernel, "launch_kernel"}, {&s_attrs, "attrs"},
       {&s_state, "STATE"}, {&s_observer, "observer"}, {&s_measured, "measured"},
       {&s_native, "native"}, {&s_fast, "fast"},
       {&s_depth, "_depth"}, {&s_direct_sink, "direct_sink"}, {&s_live, "_live"},
@@ -2244,8 +2327,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
         "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
   m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
-  m.def("show_address", &show_address, py::arg("storage"), py::arg("held"),
-        py::arg("nbytes") = -1,
-        "Show an npu storage's device memory as its data pointer and its backing's size.");
+  m.def(
+      "set_storage_memory",
+      [](py::handle obj, py::handle held, int64_t nbytes) {
+        set_memory(npu_storage_or_throw(obj), held, nbytes);
+      },
+      py::arg("storage"), py::arg("held"), py::arg("nbytes") = -1,
+      "Give an npu storage device memory (a handle or None), shown as its data pointer, and "
+      "its backing's size (nbytes, or looked up) as its nbytes.");
+  m.def(
+      "adopt", [](const at::Tensor& result) { return adopt(result); },
+      "A new npu tensor over fresh host tensor result (its memory not held yet).");
+  m.def("storage_backing", &storage_backing, "An npu storage's backing storage, or None.");
+  m.def("set_storage_backing", &set_storage_backing, "Set an npu storage's backing storage.");
+  m.def("storage_memory", &storage_memory, "An npu storage's device memory handle, or None.");
+  m.def("storage_format", &storage_format, "An npu storage's private format, or None.");
+  m.def("set_storage_format", &set_storage_format,
+        "Tag an npu storage with a private format (None: the plain layout).");
   m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }

@@ -108,6 +108,7 @@ def test_the_op_is_one_task_in_a_model_profile_timed_by_its_pipe_simulation() ->
 
 SHAPES_ONLY = """
 import json, sys, torch, msprof_py.adapter as ad
+from msprof_py.adapter.tensors import backing_of
 from msprof_py.device import TaskLog
 sys.path.insert(0, {here!r})
 from test_kernel_torch_op import ADD
@@ -118,7 +119,7 @@ z = ADD(x, x)
 ADD(x, x)
 torch.npu.synchronize()
 tasks = [t.duration_ns for t in log.tasks if t.op_type == "dsl_add"]
-where = z.untyped_storage()._npu.device.type
+where = backing_of(z).device.type
 print(json.dumps({{"tasks": tasks, "sims": ADD.simulations, "meta": where}}))
 """
 
