@@ -491,6 +491,39 @@ def test_npu_storages_show_their_device_memory_as_data_ptr_and_nbytes() -> None:
         assert [t.untyped_storage().nbytes() for t in made] == [96, 96, 12, 96]
 
 
+def _accumulating_adds(device: str) -> list[str]:
+    """The adds autograd runs where two gradients of ``w`` meet."""
+    w = torch.randn(4, 4, requires_grad=True).to(device)
+    x = torch.randn(2, 4).to(device)
+    loss = (x @ w).sum() + (x @ w).sum()
+    with torch.profiler.profile() as prof:
+        loss.backward()
+    return [e.name for e in prof.events() if e.name in ("aten::add", "aten::add_")]
+
+
+@needs_native
+def test_gradients_that_meet_are_added_in_place_as_on_cpu() -> None:
+    """No Python object is made for an npu storage, so autograd adds the gradients that meet
+    into the first one in place, as on CPU eager and torch_npu (a storage's Python object
+    counts as a holder, and the Python attributes the state used to live in made one for every
+    storage: an out-of-place add and a buffer more), on both op paths; the state itself is
+    only reachable through the module, never as attributes."""
+    assert set(_accumulating_adds("cpu")) == {"aten::add_"}
+    state = runtime.STATE
+    assert state is not None
+    for use_native in (True, False):
+        state.native = use_native
+        try:
+            adds = _accumulating_adds("npu")
+            made = _npu(3) * 2
+        finally:
+            state.native = True
+        assert adds and set(adds) == {"aten::add_"}
+        storage = made.untyped_storage()
+        assert not hasattr(storage, "_npu") and not hasattr(storage, "_npu_mem")
+        assert tensors.backing_of(made).nbytes() == 12 and tensors.memory_of(made) is not None
+
+
 @needs_native
 def test_a_plain_input_converted_for_good_is_learned() -> None:
     """An op that runs in any format converts a plain input to its other input's private
