@@ -103,7 +103,7 @@ def self_test(module: ModuleType) -> str | None:
 
     theirs = torch._C._acc.create_empty_tensor((2, 3), torch.float32)
     module.init(theirs, NpuOutOfMemoryError, raise_oom)
-    ours = module.empty_npu([2, 3], torch.float32)
+    ours = module.adopt(torch.empty(2, 3))
     for what, a, b in (
         ("dispatch keys", torch._C._dispatch_keys(ours), torch._C._dispatch_keys(theirs)),
         ("device", ours.device, theirs.device),

@@ -2176,14 +2176,6 @@ void init(const at::Tensor& like, py::object oom_type, py::object raise_oom) {
   on_oom = std::move(raise_oom);
 }
 
-// An npu tensor as adopt() makes them, over a fresh CPU tensor of ``sizes`` (the self-test
-// compares it with one from torch._C._acc.create_empty_tensor).
-py::object empty_npu(std::vector<int64_t> sizes, py::object dtype) {
-  const auto scalar_type = reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
-  at::Tensor host = at::empty(sizes, at::TensorOptions().dtype(scalar_type));
-  return python_tensors(c10::IValue(adopt(host)));
-}
-
 // ---- an npu storage's state from Python (tensors.py) ---------------------------------------
 
 // The npu storage of ``obj``, an npu tensor or the Python object of an npu storage; null for
@@ -2337,12 +2329,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "its backing's size (nbytes, or looked up) as its nbytes.");
   m.def(
       "adopt", [](const at::Tensor& result) { return adopt(result); },
-      "A new npu tensor over fresh host tensor result (its memory not held yet).");
+      "A new npu tensor over fresh host tensor result, as the compiled path makes them (its "
+      "memory not held yet).");
   m.def("storage_backing", &storage_backing, "An npu storage's backing storage, or None.");
   m.def("set_storage_backing", &set_storage_backing, "Set an npu storage's backing storage.");
   m.def("storage_memory", &storage_memory, "An npu storage's device memory handle, or None.");
   m.def("storage_format", &storage_format, "An npu storage's private format, or None.");
   m.def("set_storage_format", &set_storage_format,
         "Tag an npu storage with a private format (None: the plain layout).");
-  m.def("empty_npu", &empty_npu, "An npu tensor as adopt() makes them (for the self-test).");
 }
