@@ -305,12 +305,23 @@ def resync(t: torch.Tensor, view: torch.Tensor, state: AdapterState, tag: str) -
     )
     backing = view.untyped_storage()
     old = _STATE.storage_backing(t)
-    grown = old is not None and old.nbytes() != backing.nbytes()
-    if same_meta and old is backing and not grown:
+    # a kernel that resizes its out= tensor grows the backing storage in place (the same
+    # storage object, more bytes): the device memory must grow with it
+    short = _holds_less(t, backing.nbytes(), state)
+    if same_meta and old is backing and not short:
         return
-    if old is not backing or grown:
+    if old is not backing or short:
         _attach(t, backing, state, tag)
     _set_meta(_META_KEYS, t, t.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
+def _holds_less(t: torch.Tensor, nbytes: int, state: AdapterState) -> bool:
+    """Whether ``t``'s storage holds less device memory than ``nbytes`` (none at all, outside a
+    graph's workspace, counts as less for any bytes)."""
+    held = _STATE.storage_memory(t)
+    if held is None:
+        return nbytes > 0 and state.capture is None
+    return state.npu.memory.block_size(held.address) < nbytes
 
 
 def storage_format(t: torch.Tensor) -> tuple[str, tuple[int, ...]] | None:

@@ -58,6 +58,28 @@ def test_out_and_resizing_ops(npu: SimulatedNpu) -> None:
     assert y.shape == (8, 4) and torch.equal(y.cpu(), torch.cat([x.cpu(), x.cpu()]))
 
 
+def test_a_tensor_the_kernel_resizes_holds_device_memory_for_its_bytes(npu: SimulatedNpu) -> None:
+    """``torch.arange`` and an ``out=`` tensor grown by the CPU kernel (which resizes the host
+    storage in place) hold device memory for their bytes, as a fresh tensor does: the memory
+    timeline counts them."""
+
+    def held_bytes(t: torch.Tensor) -> int:
+        held = tensors.memory_of(t)
+        return 0 if held is None else npu.memory.block_size(held.address)
+
+    made = torch.arange(1000, device="npu")  # int64: 8000 bytes
+    assert held_bytes(made) >= 8000
+    out = torch.empty(0, device="npu")
+    assert held_bytes(out) == 0
+    before = npu.memory.allocated_bytes
+    torch.mul(torch.ones(500, device="npu"), 2, out=out)
+    assert out.shape == (500,) and held_bytes(out) >= 2000
+    assert npu.memory.allocated_bytes - before >= 2000  # the ones are freed: the out remains
+    same = held_bytes(out)
+    torch.mul(torch.ones(500, device="npu"), 3, out=out)  # fits: nothing new
+    assert held_bytes(out) == same and out.cpu()[0].item() == 3.0
+
+
 def test_mixing_devices_is_torchs_error(npu: SimulatedNpu) -> None:
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.ones(3, device="npu") + torch.ones(3)
