@@ -69,29 +69,36 @@ def dense_non_overlapping(shape: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
+#: an npu tensor or its storage: what the state functions take (a tensor where there is one:
+#: with the compiled path, asking for ``untyped_storage()`` makes the storage a Python object,
+#: which torch counts as a holder of the storage, so autograd would no longer accumulate a
+#: gradient into it in place)
+NpuStorage = torch.Tensor | torch.UntypedStorage
+
+
 class _AttributeState:
     """An npu storage's state as attributes of its Python object (no compiled path)."""
 
     @staticmethod
-    def _storage(obj: torch.Tensor | torch.UntypedStorage) -> torch.UntypedStorage:
+    def _storage(obj: NpuStorage) -> torch.UntypedStorage:
         return obj.untyped_storage() if isinstance(obj, torch.Tensor) else obj
 
-    def storage_backing(self, obj: Any) -> torch.UntypedStorage | None:
+    def storage_backing(self, obj: NpuStorage) -> torch.UntypedStorage | None:
         return getattr(self._storage(obj), "_npu", None)
 
-    def set_storage_backing(self, obj: Any, backing: torch.UntypedStorage) -> None:
+    def set_storage_backing(self, obj: NpuStorage, backing: torch.UntypedStorage) -> None:
         self._storage(obj)._npu = backing
 
-    def storage_memory(self, obj: Any) -> Any:
+    def storage_memory(self, obj: NpuStorage) -> Any:
         return getattr(self._storage(obj), "_npu_mem", None)
 
-    def set_storage_memory(self, obj: Any, held: Any, nbytes: int = -1) -> None:
+    def set_storage_memory(self, obj: NpuStorage, held: Any, nbytes: int = -1) -> None:
         self._storage(obj)._npu_mem = held
 
-    def storage_format(self, obj: Any) -> tuple[str, tuple[int, ...]] | None:
+    def storage_format(self, obj: NpuStorage) -> tuple[str, tuple[int, ...]] | None:
         return getattr(self._storage(obj), "_npu_fmt", None)
 
-    def set_storage_format(self, obj: Any, fmt: tuple[str, tuple[int, ...]] | None) -> None:
+    def set_storage_format(self, obj: NpuStorage, fmt: tuple[str, tuple[int, ...]] | None) -> None:
         storage = self._storage(obj)
         if fmt is not None:
             storage._npu_fmt = fmt
@@ -111,12 +118,12 @@ def use_compiled_state(module: Any | None) -> None:
     _STATE = _AttributeState() if module is None else module
 
 
-def backing_of(obj: torch.Tensor | torch.UntypedStorage) -> torch.UntypedStorage | None:
+def backing_of(obj: NpuStorage) -> torch.UntypedStorage | None:
     """The backing storage of npu tensor or storage ``obj`` (None: it has none)."""
     return _STATE.storage_backing(obj)
 
 
-def memory_of(obj: torch.Tensor | torch.UntypedStorage) -> Any:
+def memory_of(obj: NpuStorage) -> Any:
     """The device memory handle npu tensor or storage ``obj`` holds (None: none, or a graph's
     workspace)."""
     return _STATE.storage_memory(obj)
@@ -176,13 +183,6 @@ def hold_workspace(nbytes: int, state: AdapterState, tag: str) -> object | None:
 
 #: what ``held`` defaults to: no device memory reserved for the storage yet
 _UNRESERVED: Any = object()
-
-
-#: an npu tensor or its storage: what the state functions take (a tensor where there is one:
-#: with the compiled path, asking for ``untyped_storage()`` makes the storage a Python object,
-#: which torch counts as a holder of the storage, so autograd would no longer accumulate a
-#: gradient into it in place)
-NpuStorage = torch.Tensor | torch.UntypedStorage
 
 
 def _attach(
@@ -332,11 +332,7 @@ def storage_format(t: torch.Tensor) -> tuple[str, tuple[int, ...]] | None:
 def hold_device_bytes(t: torch.Tensor, nbytes: int, state: AdapterState, tag: str) -> None:
     """Make ``t``'s storage hold at least ``nbytes`` of device memory (a padded private format
     takes more than the logical bytes)."""
-    held = _STATE.storage_memory(t)
-    if held is None and state.capture is not None:  # in a graph's workspace
-        return
-    current = state.npu.memory.block_size(held.address) if held is not None else 0
-    if nbytes > current:
+    if _holds_less(t, nbytes, state):  # (never in a graph's workspace)
         _set_memory(t, reserve(nbytes, state, tag))
 
 

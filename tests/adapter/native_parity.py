@@ -47,15 +47,14 @@ class Net(nn.Module):
 
 
 def main(out: Path, python_path: bool) -> None:
-    from msprof_py.adapter import backend, native, runtime
+    from msprof_py.adapter import native, runtime
 
     torch.manual_seed(0)
     losses = []
     with msprof_py.record(out) as rec:
-        if python_path and backend.NATIVE is not None:
+        if python_path:  # every op on the Python path (what bench_adapter's python_path does)
             assert runtime.STATE is not None
             runtime.STATE.native = False
-            backend.NATIVE.set_direct(False)
         model = Net().to("npu")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         scaler = torch.npu.amp.GradScaler()

@@ -187,10 +187,9 @@ import msprof_py
 from msprof_py.adapter import native
 from msprof_py.collectors.session import SessionConfig, start_session
 session = start_session(SessionConfig(output=sys.argv[1], export=False, deterministic=True))
-if sys.argv[3:] == ["python"] and native.load() is not None:  # the Python path for every op
-    from msprof_py.adapter import backend, runtime
+if sys.argv[3:] == ["python"]:  # the Python path for every op
+    from msprof_py.adapter import runtime
     runtime.STATE.native = False
-    backend.NATIVE.set_direct(False)
 import transformers
 torch.manual_seed(0)
 config = transformers.BertConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2,

@@ -2198,14 +2198,19 @@ c10::StorageImpl* npu_storage_or_throw(py::handle obj) {
   return storage;
 }
 
+// The state of ``obj``'s npu storage (npu_storage_of), or null.
+const StorageState* state_of_object(py::handle obj) {
+  const c10::StorageImpl* storage = npu_storage_of(obj);
+  return storage == nullptr ? nullptr : state_of(storage);
+}
+
 py::object borrowed_or_none(PyObject* value) {
   return value == nullptr ? py::none() : py::reinterpret_borrow<py::object>(value);
 }
 
 // The backing storage (an UntypedStorage) of ``obj``'s npu storage, or None.
 py::object storage_backing(py::handle obj) {
-  const c10::StorageImpl* storage = npu_storage_of(obj);
-  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  const StorageState* state = state_of_object(obj);
   if (state == nullptr || !state->backing) return py::none();
   PyObject* wrapped = THPStorage_Wrap(state->backing);
   if (wrapped == nullptr) throw py::error_already_set();
@@ -2220,15 +2225,13 @@ void set_storage_backing(py::handle obj, py::handle backing) {
 
 // The device memory handle ``obj``'s npu storage holds, or None.
 py::object storage_memory(py::handle obj) {
-  const c10::StorageImpl* storage = npu_storage_of(obj);
-  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  const StorageState* state = state_of_object(obj);
   return borrowed_or_none(state == nullptr ? nullptr : state->held);
 }
 
 // ``(format, logical shape)`` of ``obj``'s npu storage when held in a private format, or None.
 py::object storage_format(py::handle obj) {
-  const c10::StorageImpl* storage = npu_storage_of(obj);
-  const StorageState* state = storage == nullptr ? nullptr : state_of(storage);
+  const StorageState* state = state_of_object(obj);
   return borrowed_or_none(state == nullptr ? nullptr : state->fmt);
 }
 
