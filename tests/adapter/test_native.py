@@ -1017,3 +1017,64 @@ def test_a_foreach_ops_scalars_are_in_its_key_only_as_ints() -> None:
     added = set(state.compiled.keys) - before_keys
     assert "finish_call" in python_frames  # other ints: Python finishes and learns
     assert [key[1] for key in added] == [((3, 4),)]
+
+
+def _views_made_and_kept(fn: Callable[[], object]) -> tuple[object, int, int]:
+    """``fn()`` and how many host views the compiled path made for it, and how many it found
+    kept from before (``counts()``'s last two)."""
+    before = backend.NATIVE.counts()  # type: ignore[union-attr]
+    result = fn()
+    after = backend.NATIVE.counts()  # type: ignore[union-attr]
+    return result, after[4] - before[4], after[5] - before[5]
+
+
+@needs_native
+def test_a_tensors_host_view_is_kept_while_it_still_matches_the_tensor() -> None:
+    """An op's result keeps the CPU tensor it was computed as for its host view, and an input
+    keeps the host view made for it: the next op on the same tensor makes none. A view of it
+    gets its own (the tensor's is kept beside it). Strides changed in place on the kept view
+    keep it, the tensor made to match; a change done elsewhere (the Python path) and another
+    storage each make a new one; every value, an ``out=`` the kernel grows included, stays
+    what CPU eager computes."""
+    base = torch.randn(4, 6)
+    x = base.to("npu")
+    y = x * 2  # y's host view: the CPU result itself
+    z, made, kept = _views_made_and_kept(lambda: y + y)
+    assert (made, kept) == (0, 1)  # y twice in one call: one view
+    _, made, kept = _views_made_and_kept(lambda: y * 3)
+    assert (made, kept) == (0, 1)
+    transposed = y.t()
+    w, made, kept = _views_made_and_kept(lambda: transposed * 1)
+    assert (made, kept) == (1, 0)
+    _, made, kept = _views_made_and_kept(lambda: (transposed - 1, y - 1))
+    assert (made, kept) == (0, 2)  # both kept: the tensor's and its transpose's
+    assert torch.equal(w.cpu(), (base * 2).t()) and torch.equal(z.cpu(), base * 2 + base * 2)
+
+    # t_ runs on the kept view and the tensor is made to match it: both transposed
+    _, made, kept = _views_made_and_kept(y.t_)
+    moved, made_after, _ = _views_made_and_kept(lambda: y + 0)
+    assert (made, kept, made_after) == (0, 1, 0)
+    assert torch.equal(moved.cpu(), (base * 2).t())
+    state = runtime.STATE
+    assert state is not None
+    state.native = False  # the Python path transposes a view of its own: the kept one is stale
+    try:
+        y.t_()
+    finally:
+        state.native = True
+    back, made, _ = _views_made_and_kept(lambda: y + 0)
+    assert made == 1 and torch.equal(back.cpu(), base * 2)
+
+    out = torch.empty(0, device="npu")
+    out * 1  # out's view kept, empty
+    torch.add(x, 1, out=out)  # the kernel grows the kept view; the tensor is made to match
+    grown, made, kept = _views_made_and_kept(lambda: out * 1)
+    assert made + kept == 1 and torch.equal(grown.cpu(), base + 1)
+
+    target = torch.zeros(4, 6, device="npu")
+    target * 1
+    target.set_(x)  # another storage altogether
+    pointed, made, _ = _views_made_and_kept(lambda: target * 1)
+    assert made == 1 and torch.equal(pointed.cpu(), base)
+    x.add_(1)  # written through its kept view: target reads the same bytes
+    assert torch.equal(target.cpu(), base + 1) and torch.equal(x.cpu(), base + 1)

@@ -54,6 +54,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -73,7 +74,7 @@ using Bytes = c10::SmallVector<char, 64>;
 using Storages = c10::SmallVector<std::pair<c10::StorageImpl*, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 21;
+constexpr int kAbiVersion = 22;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -138,6 +139,9 @@ bool fast_enabled = true;
 //: ran itself (direct) and of those the ones whose host op row it wrote (recorded): counts()
 int64_t host_runs = 0;
 int64_t learned_launches = 0;
+//: host views host_value made, and those it found kept (cached_view)
+int64_t views_made = 0;
+int64_t views_kept = 0;
 int64_t direct_runs = 0;
 int64_t recorded_runs = 0;
 //: callable(exc) raising torch's out-of-memory error for the device's (set by init())
@@ -169,7 +173,62 @@ struct StorageState {
   //: owned references, or null
   PyObject* held = nullptr;
   PyObject* fmt = nullptr;
+  //: host views made for npu tensors of this storage (``views[i].second``; adopt() keeps the
+  //: CPU result itself), used again while they still match their tensor (cached_view): two, a
+  //: tensor and one view of it (a weight and its transpose) taking turns; ``last``: the one
+  //: made or used last (keep_view replaces the other)
+  std::array<std::pair<at::Tensor, const c10::TensorImpl*>, 2> views{};
+  uint8_t last = 0;
 };
+
+// ``state``'s kept host view when it stands for npu tensor ``t`` as it is now: made for the same
+// tensor, on the backing it has, in its dtype, sizes, strides and offset (a kernel that
+// resized or re-pointed it, or a metadata change of ``t``, makes it miss). Null otherwise.
+const at::Tensor* cached_view(StorageState& state, const at::Tensor& t) {
+  const c10::TensorImpl* npu = t.unsafeGetTensorImpl();
+  for (uint8_t i = 0; i < state.views.size(); ++i) {
+    const auto& [kept, owner] = state.views[i];
+    if (owner != npu || !kept.defined()) continue;
+    const c10::TensorImpl* view = kept.unsafeGetTensorImpl();
+    const bool fits =
+        view->storage().unsafeGetStorageImpl() == state.backing.unsafeGetStorageImpl() &&
+        view->dtype() == npu->dtype() && view->storage_offset() == npu->storage_offset() &&
+        view->sizes() == npu->sizes() && view->strides() == npu->strides();
+    if (!fits) return nullptr;
+    state.last = i;
+    return &kept;
+  }
+  return nullptr;
+}
+
+// Whether ``t`` is a CPU tensor as host_value makes a host view: strided, no dispatch key but
+// CPU's own and those of autograd and autocast for the CPU (no conjugate, negative, Python or
+// other bits), no autograd data, no wrapped number.
+bool is_plain_host(const at::Tensor& t) {
+  static const c10::DispatchKeySet plain =
+      c10::DispatchKeySet(c10::DispatchKey::CPU) |
+      c10::getAutogradRelatedKeySetFromBackend(c10::BackendComponent::CPUBit) |
+      c10::getAutocastRelatedKeySetFromBackend(c10::BackendComponent::CPUBit);
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return impl->key_set().has(c10::DispatchKey::CPU) && (impl->key_set() | plain) == plain &&
+         impl->layout() == c10::kStrided && impl->autograd_meta() == nullptr &&
+         !impl->is_wrapped_number();
+}
+
+// Keep host view ``view`` for npu tensor ``owner`` in ``state``, in place of the one kept for
+// ``owner`` before, else of the one not used last.
+void keep_view(StorageState& state, const c10::TensorImpl* owner, const at::Tensor& view) {
+  auto& slots = state.views;
+  uint8_t slot = state.last ^ 1;  // the one not used last, or the one made for ``owner`` before
+  for (uint8_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].second == owner) slot = i;
+  }
+  slots[slot] = {view, owner};
+  state.last = slot;
+}
+
+// Drop ``state``'s kept host views (made for a backing it no longer has).
+void drop_views(StorageState& state) { state.views = {}; }
 
 // The context's deleter: drops the Python references with the GIL (torch may free a storage
 // on a thread without it), none once Python is gone.
@@ -642,16 +701,24 @@ class Unwrapper {
       return true;
     }
     if (!t.has_storage()) return false;
-    const StorageState* state = state_of(t.storage().unsafeGetStorageImpl());
+    StorageState* state = state_of(t.storage().unsafeGetStorageImpl());
     if (state == nullptr || !state->backing) return false;
     if (state->fmt != nullptr) formatted = true;  // held in a private format
     const size_t at = formats.size();
     if (!put_format(formats, state->fmt, t)) formats_known = false;
     const c10::Storage& bytes = state->backing;
     if (bytes.device_type() != c10::DeviceType::CPU) return false;
-    host = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-    host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (const at::Tensor* kept = cached_view(*state, t)) {
+      host = *kept;
+      ++views_kept;
+    } else {
+      ++views_made;
+      host = at::detail::make_tensor<c10::TensorImpl>(
+          c10::Storage(bytes), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+      host.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(),
+                                                        t.storage_offset());
+      keep_view(*state, impl, host);
+    }
     add_seen(impl, Seen{host, at, formats.size() - at});
     note_written(t, host);
     return true;
@@ -677,6 +744,8 @@ at::Tensor adopt(const at::Tensor& result) {
   impl->set_sizes_and_strides(result.sizes(), result.strides(), result.storage_offset());
   if (result.is_conj()) impl->_set_conj(true);
   if (result.is_neg()) impl->_set_neg(true);
+  // the result is the host view of what it became when it is one as host_value makes them
+  if (is_plain_host(result)) keep_view(*state, impl, result);
   return out;
 }
 
@@ -2220,7 +2289,9 @@ py::object storage_backing(py::handle obj) {
 // Make ``backing`` (an UntypedStorage) the backing of ``obj``'s npu storage.
 void set_storage_backing(py::handle obj, py::handle backing) {
   if (!THPStorage_Check(backing.ptr())) throw py::type_error("the backing must be a storage");
-  ensure_state(npu_storage_or_throw(obj)).backing = THPStorage_Unpack(backing.ptr());
+  StorageState& state = ensure_state(npu_storage_or_throw(obj));
+  state.backing = THPStorage_Unpack(backing.ptr());
+  drop_views(state);  // made for the backing before
 }
 
 // The device memory handle ``obj``'s npu storage holds, or None.
@@ -2319,8 +2390,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("learn_copy", &learn_copy, "Teach the compiled copy the launch of an npu copy.");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
   m.def("counts",
-        [] { return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs); },
-        "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded).");
+        [] {
+          return std::make_tuple(host_runs, learned_launches, direct_runs, recorded_runs,
+                                 views_made, views_kept);
+        },
+        "(host halves run here, launches done here, ops the boxed kernel ran, of those recorded, "
+        "host views made, host views found kept).");
   m.def("boxed_arguments", &boxed_arguments, "The (args, kwargs) a Python kernel gets.");
   m.def(
       "set_storage_memory",
@@ -2341,3 +2416,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_storage_format", &set_storage_format,
         "Tag an npu storage with a private format (None: the plain layout).");
 }
+
