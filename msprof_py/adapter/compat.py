@@ -1,6 +1,10 @@
 """Small patches that make torch's generic code work with the Python npu backend.
 
 - ``torch.save`` of npu tensors: serialise through a CPU copy, reload onto npu.
+- ``storage.to("npu")`` and so ``torch.load(..., map_location="npu")``: torch would make the npu
+  storage with the device's registered allocator, which the Python backend has none of (a
+  crash); it is made as an npu tensor's storage instead, and tensors are rebuilt on it by the
+  npu ``set_`` kernel.
 - ``torch.accelerator`` functions the Python backend cannot serve natively (synchronize, memory
   statistics) are forwarded to ``torch.npu``.
 - The DataLoader's pin-memory thread calls ``torch.set_num_threads(1)`` for itself, but the
@@ -43,6 +47,30 @@ def _patch_save() -> None:
         return original(self, proto)
 
     torch.Tensor._reduce_ex_internal = reduce_ex_internal  # type: ignore[method-assign]
+
+
+def npu_storage(source: torch.UntypedStorage, device: Any = "npu") -> torch.UntypedStorage:
+    """An npu storage holding a copy of ``source``'s bytes. Torch makes a device's storage with
+    the allocator registered for the device, which a Python backend has none of (torch would
+    call through a null allocator and crash); here it is the storage of an npu byte tensor."""
+    target = torch.empty(source.nbytes(), dtype=torch.uint8, device=device)
+    target.copy_(torch.empty(0, dtype=torch.uint8, device=source.device).set_(source))
+    return target.untyped_storage()
+
+
+def _patch_storage_to() -> None:
+    """``storage.to("npu")``, and so ``torch.load(..., map_location="npu")``, which restores
+    each storage with it (then rebuilds the tensors on it with ``set_``)."""
+    original = torch.storage._to
+
+    @functools.wraps(original)
+    def to(self: Any, device: Any, non_blocking: bool = False) -> Any:
+        target = torch.device(device)
+        if target.type == "npu" and self.device.type != "npu":
+            return npu_storage(self, target)
+        return original(self, device, non_blocking)
+
+    torch.storage._to = to
 
 
 _ACCELERATOR_FORWARDS = {
@@ -196,6 +224,7 @@ def apply(npu_module: Any) -> None:
     module_conversion.install()
     generators.install()
     _patch_save()
+    _patch_storage_to()
     _patch_deepcopy()
     _patch_pin_memory_threads()
     _patch_accelerator(npu_module)

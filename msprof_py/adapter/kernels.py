@@ -14,6 +14,7 @@ from msprof_py.adapter.tensors import (
     host_view,
     new_tensor,
     set_storage_format,
+    set_to_storage,
     storage_format,
 )
 from msprof_py.device.formats import storage_bytes
@@ -187,6 +188,31 @@ def record_stream(self: torch.Tensor, stream: Any) -> None:
     """``Tensor.record_stream``: the caching allocator here frees at once; nothing to do."""
 
 
+def set_source_storage(self: torch.Tensor, source: Any) -> torch.Tensor:
+    """``Tensor.set_(storage)``: ``self`` a one-dimensional view of all of ``source``."""
+    return _set_storage(self, source, 0, None, ())
+
+
+def set_source_storage_offset(
+    self: torch.Tensor, source: Any, storage_offset: int, size: list[int], stride: list[int] = ()
+) -> torch.Tensor:
+    """``Tensor.set_(storage, offset, size, stride)`` (how ``torch.load`` rebuilds a tensor on
+    the storage it restored)."""
+    return _set_storage(self, source, storage_offset, size, stride)
+
+
+def _set_storage(
+    self: torch.Tensor, source: Any, offset: int, size: list[int] | None, stride: Any
+) -> torch.Tensor:
+    if source.device != self.device:
+        raise RuntimeError(
+            f'Attempted to set the storage of a tensor on device "{self.device}" to a storage '
+            f'on different device "{source.device}".  This is no longer allowed; the devices '
+            "must match."
+        )
+    return set_to_storage(self, source, offset, size, list(stride), runtime.state())
+
+
 # ---- convolutions: run the CPU kernels ---------------------------------------------------
 
 
@@ -317,6 +343,8 @@ def register() -> None:
         "_to_copy": to_copy,
         "_local_scalar_dense": local_scalar_dense,
         "record_stream": record_stream,
+        "set_.source_Storage": set_source_storage,
+        "set_.source_Storage_storage_offset": set_source_storage_offset,
     }
     if backend.NATIVE is not None:
         # made in compiled code in the plain case, by these kernels otherwise

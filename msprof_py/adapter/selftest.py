@@ -33,6 +33,7 @@ def _missing() -> list[str]:
         "torch._utils._rebuild_device_tensor_from_cpu_tensor": (
             lambda: torch._utils._rebuild_device_tensor_from_cpu_tensor
         ),
+        "torch.storage._to": lambda: torch.storage._to,
         "OpOverload.redispatch": lambda: torch.ops.aten.view.default.redispatch,
         "torch._C.DispatchKey.AutocastPrivateUse1": (
             lambda: torch._C.DispatchKey.AutocastPrivateUse1

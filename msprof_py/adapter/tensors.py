@@ -315,6 +315,32 @@ def resync(t: torch.Tensor, view: torch.Tensor, state: AdapterState, tag: str) -
     _set_meta(_META_KEYS, t, t.untyped_storage(), view.storage_offset(), view.shape, view.stride())
 
 
+def set_to_storage(
+    t: torch.Tensor,
+    source: torch.UntypedStorage,
+    storage_offset: int,
+    size: Sequence[int] | None,
+    stride: Sequence[int],
+    state: AdapterState,
+) -> torch.Tensor:
+    """``t.set_(source, storage_offset, size, stride)`` for npu tensor ``t`` and npu storage
+    ``source`` (``size`` None: all of the storage's elements, one dimension), as CPU's ``set_``
+    does it: the geometry checked and the storage grown to hold it on the backing, then ``t``
+    made a view of ``source``, holding device memory for the backing's bytes. (A CPU kernel
+    cannot take the npu storage itself.)"""
+    backing = backing_of(source)
+    if backing is None:
+        raise RuntimeError("set_: the npu storage holds no values (it was not made by msprof-py)")
+    host = torch.empty(0, dtype=t.dtype)
+    if size is None:
+        host.set_(backing)
+    else:
+        host.set_(backing, storage_offset, size, stride)
+    _set_meta(_META_KEYS, t, source, host.storage_offset(), host.shape, host.stride())
+    hold_device_bytes(t, backing.nbytes(), state, "aten::set_")
+    return t
+
+
 def _holds_less(t: torch.Tensor, nbytes: int, state: AdapterState) -> bool:
     """Whether ``t``'s storage holds less device memory than ``nbytes`` (none at all, outside a
     graph's workspace, counts as less for any bytes)."""

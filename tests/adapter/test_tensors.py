@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from msprof_py.adapter import tensors
+from msprof_py.adapter import backend, runtime, tensors
 from msprof_py.device import SimulatedNpu, TaskKind, TaskLog
 
 
@@ -101,6 +101,64 @@ def test_save_and_load_state_dicts(npu: SimulatedNpu) -> None:
     fresh = torch.nn.Linear(3, 2).to("npu")
     fresh.load_state_dict(loaded["model"])
     assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
+
+
+@pytest.mark.parametrize("location", ["npu", "npu:0", {"cpu": "npu"}])
+@pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
+def test_a_cpu_checkpoint_loads_onto_npu_with_map_location(
+    npu: SimulatedNpu, location: object, native: bool
+) -> None:
+    """``torch.load(..., map_location="npu")`` of a checkpoint saved on CPU (the usual way to
+    resume, or to load pretrained weights) restores each storage on the npu and rebuilds the
+    tensors on it with ``set_``: torch would make the storage with the device's registered
+    allocator, which a Python backend has none of, and crashed the process. Tensors that
+    shared a storage still share one (with the compiled path; the Python path's npu storages
+    show a null data pointer, which ``torch.load`` does not cache by), each holds device
+    memory, and values are the saved ones on both op paths."""
+    state = runtime.STATE
+    assert state is not None
+    weights = torch.randn(4, 6)
+    model = torch.nn.Linear(3, 2)
+    buffer = io.BytesIO()
+    torch.save({"w": weights, "rows": weights[1:], "model": model.state_dict()}, buffer)
+    buffer.seek(0)
+    state.native = native
+    try:
+        loaded = torch.load(buffer, map_location=location)
+        assert {
+            t.device.type for t in (loaded["w"], loaded["rows"], *loaded["model"].values())
+        } == {"npu"}
+        assert torch.equal(loaded["w"].cpu(), weights) and torch.equal(
+            loaded["rows"].cpu(), weights[1:]
+        )
+        assert loaded["rows"].storage_offset() == 6 and tensors.memory_of(loaded["w"]) is not None
+        if native and backend.NATIVE is not None:
+            loaded["w"].add_(1)  # one storage: the rows see it
+            assert torch.equal(loaded["rows"].cpu(), weights[1:] + 1)
+        fresh = torch.nn.Linear(3, 2).to("npu")
+        fresh.load_state_dict(loaded["model"])
+        assert torch.equal(fresh.weight.cpu(), model.weight)
+    finally:
+        state.native = True
+
+
+def test_set_points_an_npu_tensor_at_an_npu_storage(npu: SimulatedNpu) -> None:
+    """``Tensor.set_`` with an npu storage (what ``torch.load`` rebuilds tensors with): the
+    tensor becomes a view of the storage, with or without a geometry, an npu storage converts
+    to CPU and back, and a CPU storage is refused with torch's error."""
+    values = torch.arange(12, dtype=torch.float32)
+    source = values.to("npu").untyped_storage()
+    whole = torch.empty(0, device="npu").set_(source)
+    assert whole.shape == (12,) and torch.equal(whole.cpu(), values)
+    part = torch.empty(0, device="npu").set_(source, 2, (2, 3), (1, 2))
+    assert torch.equal(part.cpu(), values[2:8].as_strided((2, 3), (1, 2)))
+    assert torch.equal(torch.empty(0).set_(source.cpu()), values)
+    back = torch.empty(0).set_(source.cpu()).untyped_storage().to(device="npu")
+    assert back.device.type == "npu" and torch.equal(
+        torch.empty(0, device="npu").set_(back).cpu(), values
+    )
+    with pytest.raises(RuntimeError, match="must match"):
+        torch.empty(0, device="npu").set_(torch.UntypedStorage(8))
 
 
 def test_item_and_value_ops_wait_for_the_device(npu: SimulatedNpu, log: TaskLog) -> None:
