@@ -1,10 +1,10 @@
 """Small patches that make torch's generic code work with the Python npu backend.
 
 - ``torch.save`` of npu tensors: serialise through a CPU copy, reload onto npu.
-- ``storage.to("npu")`` and so ``torch.load(..., map_location="npu")``: torch would make the npu
-  storage with the device's registered allocator, which the Python backend has none of (a
-  crash); it is made as an npu tensor's storage instead, and tensors are rebuilt on it by the
-  npu ``set_`` kernel.
+- ``torch.UntypedStorage(..., device="npu")``, ``storage.to("npu")`` and so ``torch.load(...,
+  map_location="npu")``: torch would make the npu storage with the device's registered
+  allocator, which the Python backend has none of (a crash); it is made as an npu tensor's
+  storage instead, and tensors are rebuilt on it by the npu ``set_`` kernel.
 - ``torch.accelerator`` functions the Python backend cannot serve natively (synchronize, memory
   statistics) are forwarded to ``torch.npu``.
 - The DataLoader's pin-memory thread calls ``torch.set_num_threads(1)`` for itself, but the
@@ -60,7 +60,8 @@ def npu_storage(source: torch.UntypedStorage, device: Any = "npu") -> torch.Unty
 
 def _patch_storage_to() -> None:
     """``storage.to("npu")``, and so ``torch.load(..., map_location="npu")``, which restores
-    each storage with it (then rebuilds the tensors on it with ``set_``)."""
+    each storage with it (then rebuilds the tensors on it with ``set_``); npu storages made
+    with ``torch.UntypedStorage``."""
     original = torch.storage._to
 
     @functools.wraps(original)
@@ -68,9 +69,36 @@ def _patch_storage_to() -> None:
         target = torch.device(device)
         if target.type == "npu" and self.device.type != "npu":
             return npu_storage(self, target)
+        if target.type == "cpu" and self.device.type == "npu":
+            return self.cpu()
         return original(self, device, non_blocking)
 
     torch.storage._to = to
+
+    # torch.UntypedStorage(..., device="npu") (and TypedStorage, which makes one): made on CPU,
+    # then copied to an npu storage
+    make = torch.UntypedStorage.__new__
+
+    def new(cls: type, *args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "npu":
+            on_cpu = {key: value for key, value in kwargs.items() if key != "device"}
+            return npu_storage(make(cls, *args, **on_cpu), device)
+        return make(cls, *args, **kwargs)
+
+    torch.UntypedStorage.__new__ = new  # type: ignore[method-assign]
+
+    # an npu storage's CPU copy: torch copies the storage's own bytes, which a Python backend's
+    # storage does not hold (its size shows 0 where the compiled path is not built)
+    cpu = torch.UntypedStorage.cpu
+
+    def to_cpu(self: Any) -> Any:
+        if self.device.type == "npu":
+            values = torch.empty(0, dtype=torch.uint8, device=self.device).set_(self)
+            return values.cpu().untyped_storage()
+        return cpu(self)
+
+    torch.UntypedStorage.cpu = to_cpu  # type: ignore[method-assign]
 
 
 _ACCELERATOR_FORWARDS = {

@@ -145,7 +145,8 @@ def test_a_cpu_checkpoint_loads_onto_npu_with_map_location(
 def test_set_points_an_npu_tensor_at_an_npu_storage(npu: SimulatedNpu) -> None:
     """``Tensor.set_`` with an npu storage (what ``torch.load`` rebuilds tensors with): the
     tensor becomes a view of the storage, with or without a geometry, an npu storage converts
-    to CPU and back, and a CPU storage is refused with torch's error."""
+    to CPU and back, ``torch.UntypedStorage(..., device="npu")`` makes one, and a CPU storage
+    is refused with torch's error."""
     values = torch.arange(12, dtype=torch.float32)
     source = values.to("npu").untyped_storage()
     whole = torch.empty(0, device="npu").set_(source)
@@ -157,6 +158,9 @@ def test_set_points_an_npu_tensor_at_an_npu_storage(npu: SimulatedNpu) -> None:
     assert back.device.type == "npu" and torch.equal(
         torch.empty(0, device="npu").set_(back).cpu(), values
     )
+    made = torch.UntypedStorage([1, 2, 3], device="npu")  # torch's constructor crashed
+    assert made.device.type == "npu"
+    assert torch.empty(0, dtype=torch.uint8, device="npu").set_(made).cpu().tolist() == [1, 2, 3]
     with pytest.raises(RuntimeError, match="must match"):
         torch.empty(0, device="npu").set_(torch.UntypedStorage(8))
 
