@@ -43,7 +43,8 @@ def _patch_save() -> None:
     def reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
         if self.device.type == "npu":
             rebuild = torch._utils._rebuild_device_tensor_from_cpu_tensor
-            return rebuild, (self.cpu(), self.dtype, str(self.device), self.requires_grad)
+            values = self.detach().cpu()  # a leaf: the rebuilt tensor takes requires_grad
+            return rebuild, (values, self.dtype, str(self.device), self.requires_grad)
         return original(self, proto)
 
     torch.Tensor._reduce_ex_internal = reduce_ex_internal  # type: ignore[method-assign]

@@ -103,6 +103,27 @@ def test_save_and_load_state_dicts(npu: SimulatedNpu) -> None:
     assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
 
 
+def test_tensors_that_require_grad_save_and_load_as_on_cpu(npu: SimulatedNpu) -> None:
+    """A parameter and a result computed from it (not a leaf) save and load as on CPU eager:
+    both load as leaves that require grad (saving the result failed on load: its CPU copy was
+    itself a non-leaf, whose requires_grad cannot be set)."""
+    loaded = {}
+    for device in ("cpu", "npu"):
+        weight = torch.ones(3, device=device, requires_grad=True)
+        buffer = io.BytesIO()
+        torch.save({"weight": weight, "doubled": weight * 2}, buffer)
+        buffer.seek(0)
+        loaded[device] = torch.load(buffer)
+    for name in ("weight", "doubled"):
+        cpu, on_npu = loaded["cpu"][name], loaded["npu"][name]
+        assert on_npu.device.type == "npu" and torch.equal(on_npu.cpu(), cpu.detach())
+        assert (
+            (on_npu.requires_grad, on_npu.is_leaf)
+            == (cpu.requires_grad, cpu.is_leaf)
+            == (True, True)
+        )
+
+
 @pytest.mark.parametrize("location", ["npu", "npu:0", {"cpu": "npu"}])
 @pytest.mark.parametrize("native", [True, False], ids=["compiled", "python"])
 def test_a_cpu_checkpoint_loads_onto_npu_with_map_location(
