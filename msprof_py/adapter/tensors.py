@@ -331,7 +331,7 @@ def set_to_storage(
     backing = backing_of(source)
     if backing is None:
         raise RuntimeError("set_: the npu storage holds no values (it was not made by msprof-py)")
-    host = torch.empty(0, dtype=t.dtype)
+    host = torch.empty(0, dtype=t.dtype, device=backing.device)  # meta with numerics "none"
     if size is None:
         host.set_(backing)
     else:

@@ -232,6 +232,32 @@ def test_values_the_host_sent_read_back_exactly() -> None:
         assert "numerics='none'" in out[name]
 
 
+def test_a_checkpoint_loads_onto_the_npu_on_shapes_only() -> None:
+    """``torch.load(..., map_location="npu")`` restores a CPU checkpoint onto meta-backed npu
+    storages (no values held), its values still known to read back, and a model loads it."""
+    out = _json_of(
+        """
+        import io, json, torch, msprof_py.adapter as ad
+        from msprof_py.adapter.tensors import backing_of
+        ad.install(numerics="none")
+        source = torch.nn.Linear(3, 2)
+        buffer = io.BytesIO()
+        torch.save(source.state_dict(), buffer)
+        buffer.seek(0)
+        loaded = torch.load(buffer, map_location="npu")
+        model = torch.nn.Linear(3, 2).to("npu")
+        model.load_state_dict(loaded)
+        print(json.dumps({
+            "devices": sorted({str(t.device) for t in loaded.values()}),
+            "backings": sorted({backing_of(t).device.type for t in loaded.values()}),
+            "weight": torch.equal(loaded["weight"].cpu(), source.weight.detach()),
+            "output": list(model(torch.randn(4, 3, device="npu")).shape),
+        }))
+        """
+    )
+    assert out == {"devices": ["npu:0"], "backings": ["meta"], "weight": True, "output": [4, 2]}
+
+
 def test_application_reads_of_computed_values_fail_clearly() -> None:
     result = run_script(
         """
