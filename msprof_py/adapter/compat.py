@@ -1,6 +1,8 @@
 """Small patches that make torch's generic code work with the Python npu backend.
 
-- ``torch.save`` of npu tensors: serialise through a CPU copy, reload onto npu.
+- ``torch.save`` of npu tensors: torch's own way where the compiled path keeps the storages'
+  state (their storages saved once each, tagged ``npu:0``), else through a CPU copy of each
+  tensor, reloaded onto npu.
 - ``torch.UntypedStorage(..., device="npu")``, ``storage.to("npu")`` and so ``torch.load(...,
   map_location="npu")``: torch would make the npu storage with the device's registered
   allocator, which the Python backend has none of (a crash); it is made as an npu tensor's
@@ -35,13 +37,18 @@ from typing import Any
 
 import torch
 
+from msprof_py.adapter import tensors
+
 
 def _patch_save() -> None:
     original = torch.Tensor._reduce_ex_internal
 
     @functools.wraps(original)
     def reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
-        if self.device.type == "npu":
+        # with the compiled path, torch's own way (storages tagged "npu:0" as torch_npu's, one
+        # per storage shared by views and tied weights), restored by storage.to("npu") and
+        # set_ below; without it the storages show no bytes to write
+        if self.device.type == "npu" and not tensors.storages_show_their_bytes():
             rebuild = torch._utils._rebuild_device_tensor_from_cpu_tensor
             values = self.detach().cpu()  # a leaf: the rebuilt tensor takes requires_grad
             return rebuild, (values, self.dtype, str(self.device), self.requires_grad)

@@ -118,6 +118,12 @@ def use_compiled_state(module: Any | None) -> None:
     _STATE = _AttributeState() if module is None else module
 
 
+def storages_show_their_bytes() -> bool:
+    """Whether npu storages show a data pointer and their bytes, as torch_npu's do (their state
+    kept by the compiled path); where it is not built they show neither."""
+    return not isinstance(_STATE, _AttributeState)
+
+
 def backing_of(obj: NpuStorage) -> torch.UntypedStorage | None:
     """The backing storage of npu tensor or storage ``obj`` (None: it has none)."""
     return _STATE.storage_backing(obj)

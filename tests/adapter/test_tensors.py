@@ -103,6 +103,26 @@ def test_save_and_load_state_dicts(npu: SimulatedNpu) -> None:
     assert torch.equal(fresh.weight.cpu(), model.weight.cpu())
 
 
+@pytest.mark.skipif(backend.NATIVE is None, reason="npu storages show their bytes when built")
+def test_an_npu_checkpoint_saves_each_storage_once_as_torch_npus_do(npu: SimulatedNpu) -> None:
+    """With the compiled path, ``torch.save`` takes torch's own way for npu tensors: each
+    storage written once and tagged ``npu:0`` (as a torch_npu checkpoint), so tensors that
+    share one (a view, tied weights in a state dict) share it again after loading, on the npu
+    or, with ``map_location="cpu"``, on the CPU."""
+    weight = torch.randn(4, 6, device="npu")
+    buffer = io.BytesIO()
+    torch.save({"weight": weight, "rows": weight[1:], "tied": weight.detach()}, buffer)
+    assert b"npu:0" in buffer.getvalue()
+    for location, device in ((None, "npu"), ("cpu", "cpu")):
+        buffer.seek(0)
+        loaded = torch.load(buffer, map_location=location)
+        assert {t.device.type for t in loaded.values()} == {device}
+        assert torch.equal(loaded["rows"].cpu(), weight[1:].cpu())
+        loaded["weight"].add_(1)  # one storage: the rows and the tied copy see it
+        assert torch.equal(loaded["rows"].cpu(), weight[1:].cpu() + 1)
+        assert torch.equal(loaded["tied"].cpu(), weight.cpu() + 1)
+
+
 def test_tensors_that_require_grad_save_and_load_as_on_cpu(npu: SimulatedNpu) -> None:
     """A parameter and a result computed from it (not a leaf) save and load as on CPU eager:
     both load as leaves that require grad (saving the result failed on load: its CPU copy was
