@@ -6,7 +6,8 @@
 - ``torch.UntypedStorage(..., device="npu")``, ``storage.to("npu")`` and so ``torch.load(...,
   map_location="npu")``: torch would make the npu storage with the device's registered
   allocator, which the Python backend has none of (a crash); it is made as an npu tensor's
-  storage instead, and tensors are rebuilt on it by the npu ``set_`` kernel.
+  storage instead, and tensors are rebuilt on it by the npu ``set_`` kernel. An npu storage's
+  ``.cpu()`` and ``.new()`` go the same way.
 - ``torch.accelerator`` functions the Python backend cannot serve natively (synchronize, memory
   statistics) are forwarded to ``torch.npu``.
 - The DataLoader's pin-memory thread calls ``torch.set_num_threads(1)`` for itself, but the
@@ -107,6 +108,17 @@ def _patch_storage_to() -> None:
         return cpu(self)
 
     torch.UntypedStorage.cpu = to_cpu  # type: ignore[method-assign]
+
+    # storage.new(): an empty storage on the same device (torch's made one with the allocator
+    # of the npu storage's Python backend, a meta storage)
+    empty_like = torch.UntypedStorage.new
+
+    def new_empty(self: Any) -> Any:
+        if self.device.type == "npu":
+            return torch.UntypedStorage(0, device=self.device)
+        return empty_like(self)
+
+    torch.UntypedStorage.new = new_empty  # type: ignore[method-assign]
 
 
 _ACCELERATOR_FORWARDS = {

@@ -200,7 +200,7 @@ def test_set_points_an_npu_tensor_at_an_npu_storage(npu: SimulatedNpu) -> None:
         torch.empty(0, device="npu").set_(back).cpu(), values
     )
     made = torch.UntypedStorage([1, 2, 3], device="npu")  # torch's constructor crashed
-    assert made.device.type == "npu"
+    assert made.device.type == "npu" and made.new().device.type == "npu"
     assert torch.empty(0, dtype=torch.uint8, device="npu").set_(made).cpu().tolist() == [1, 2, 3]
     with pytest.raises(RuntimeError, match="must match"):
         torch.empty(0, device="npu").set_(torch.UntypedStorage(8))
