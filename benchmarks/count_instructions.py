@@ -29,6 +29,8 @@ same code gives the same count every time:
                              # e.g. --small 2 --large 6)
         [--workload amp]     # those steps under float16 autocast and a GradScaler on the npu
                              # (numerics "fast"), against CPU float32
+        [--caches]           # also first-level data and second-level misses per op or step,
+                             # in cachegrind's model of this machine's caches
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -114,16 +116,46 @@ os._exit(0)
 """
 
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+_MISSES = {"D1": re.compile(r"D1\s+misses:\s+([\d,]+)"), "LL": re.compile(r"LL misses:\s+([\d,]+)")}
 _IMPORTED = re.compile(r"msprof_py: (\S+)/msprof_py/__init__.py; engine core: (.*)")
 #: this checkout (what runs without ``--pythonpath``)
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def cache_geometry() -> list[str]:
+    """Cachegrind's options modelling this machine's first-level data cache and its
+    second-level cache as the last level (``--D1``, ``--LL``: size, associativity, line), as
+    ``getconf`` reports them (48 KiB, 12-way and 1 MiB, 16-way on this project's VMs); a level
+    it does not report gets 32 KiB, 8-way or 1 MiB, 16-way, with 64-byte lines."""
+
+    def value(name: str) -> int:
+        try:
+            out = subprocess.run(["getconf", name], capture_output=True, text=True, check=False)
+            return int(out.stdout.strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def level(name: str, fallback: tuple[int, int, int]) -> str:
+        found = tuple(value(f"{name}_{part}") for part in ("SIZE", "ASSOC", "LINESIZE"))
+        return ",".join(str(v) for v in (found if all(v > 0 for v in found) else fallback))
+
+    return [
+        f"--D1={level('LEVEL1_DCACHE', (32768, 8, 64))}",
+        f"--LL={level('LEVEL2_CACHE', (1048576, 16, 64))}",
+    ]
+
+
 def count(
-    mode: str, ops: int, pythonpath: str | None, hash_seed: int = 0, workload: str = "ops"
-) -> int:
-    """Instructions of one process running ``ops`` small ops (or training steps, workload
-    ``step``) in ``mode``."""
+    mode: str,
+    ops: int,
+    pythonpath: str | None,
+    hash_seed: int = 0,
+    workload: str = "ops",
+    caches: bool = False,
+) -> dict[str, int]:
+    """Instructions (``"I"``) of one process running ``ops`` small ops (or training steps,
+    workload ``step``) in ``mode``; with ``caches``, also its first-level data misses and
+    last-level misses (``"D1"``, ``"LL"``) in cachegrind's model of this machine's caches."""
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = str(hash_seed)  # the same dict and set layouts in every run
     # no BLAS or OpenMP worker threads: their spin-waits count instructions by timing
@@ -134,7 +166,8 @@ def count(
     # which would import the msprof_py found there instead of the one asked for
     out = subprocess.run(
         [
-            "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+            "valgrind", "--tool=cachegrind", f"--cache-sim={'yes' if caches else 'no'}",
+            *(cache_geometry() if caches else []), "--cachegrind-out-file=/dev/null",
             sys.executable, "-c", LOOP, mode, str(ops), workload, str(checkout / "sample_runs"),
         ],
         capture_output=True, text=True, env=env, check=False, cwd=tempfile.gettempdir(),
@@ -148,7 +181,13 @@ def count(
     if found is None:
         raise SystemExit(f"count_instructions: no instruction count in valgrind's output ({mode})")
     print(f"{mode}, {ops} ops: {checkout} ({imported.group(2)})", file=sys.stderr)
-    return int(found.group(1).replace(",", ""))
+    counted = {"I": int(found.group(1).replace(",", ""))}
+    for event, pattern in _MISSES.items() if caches else ():
+        missed = pattern.search(out.stderr)
+        if missed is None:
+            raise SystemExit(f"count_instructions: no {event} misses in valgrind's output")
+        counted[event] = int(missed.group(1).replace(",", ""))
+    return counted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the small-op loop (per op), a small MLP's training steps, or the ResNet "
         "sample's (per step; --small and --large count steps)",
     )
+    parser.add_argument(
+        "--caches",
+        action="store_true",
+        help="also count first-level data and second-level cache misses (cachegrind's cache "
+        "model with this machine's geometry; several times slower)",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("count_instructions: valgrind is not installed (apt-get install valgrind)")
@@ -179,17 +224,28 @@ def main(argv: list[str] | None = None) -> int:
         counts = dict(
             zip(
                 jobs,
-                pool.map(lambda j: count(*j, args.pythonpath, args.hash_seed, args.workload), jobs),
+                pool.map(
+                    lambda j: count(
+                        *j, args.pythonpath, args.hash_seed, args.workload, args.caches
+                    ),
+                    jobs,
+                ),
                 strict=True,
             )
         )
     unit = "op" if args.workload == "ops" else "step"
-    print(f"| mode | instructions per {unit} | process, small run | process, large run |")
-    print("|---|---:|---:|---:|")
+    misses = (
+        f" D1 misses per {unit} | L2 misses per {unit} ({' '.join(cache_geometry())}) |"
+        if args.caches
+        else ""
+    )
+    print(f"| mode | instructions per {unit} |{misses} process, small run | process, large run |")
+    print("|---|---:|" + ("---:|---:|" if args.caches else "") + "---:|---:|")
     for m in modes:
         small, large = counts[(m, args.small)], counts[(m, args.large)]
-        per_op = (large - small) / (args.large - args.small)
-        print(f"| {m} | {per_op:,.0f} | {small:,} | {large:,} |")
+        per = {e: (large[e] - small[e]) / (args.large - args.small) for e in small}
+        cells = f" {per['D1']:,.0f} | {per['LL']:,.0f} |" if args.caches else ""
+        print(f"| {m} | {per['I']:,.0f} |{cells} {small['I']:,} | {large['I']:,} |")
     return 0
 
 
