@@ -58,12 +58,17 @@ def _patch_save() -> None:
     torch.Tensor._reduce_ex_internal = reduce_ex_internal  # type: ignore[method-assign]
 
 
-def npu_storage(source: torch.UntypedStorage, device: Any = "npu") -> torch.UntypedStorage:
+def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A one-dimensional byte tensor over all of ``storage``, on its device."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def npu_storage(source: torch.UntypedStorage, device: Any) -> torch.UntypedStorage:
     """An npu storage holding a copy of ``source``'s bytes. Torch makes a device's storage with
     the allocator registered for the device, which a Python backend has none of (torch would
     call through a null allocator and crash); here it is the storage of an npu byte tensor."""
     target = torch.empty(source.nbytes(), dtype=torch.uint8, device=device)
-    target.copy_(torch.empty(0, dtype=torch.uint8, device=source.device).set_(source))
+    target.copy_(_bytes_of(source))
     return target.untyped_storage()
 
 
@@ -103,8 +108,7 @@ def _patch_storage_to() -> None:
 
     def to_cpu(self: Any) -> Any:
         if self.device.type == "npu":
-            values = torch.empty(0, dtype=torch.uint8, device=self.device).set_(self)
-            return values.cpu().untyped_storage()
+            return _bytes_of(self).cpu().untyped_storage()
         return cpu(self)
 
     torch.UntypedStorage.cpu = to_cpu  # type: ignore[method-assign]

@@ -239,7 +239,7 @@ def adopt(
     reserve before allocating host memory, so a request the device cannot hold fails as an npu
     out-of-memory error).
     """
-    if not isinstance(_STATE, _AttributeState):  # made as the compiled path makes it
+    if storages_show_their_bytes():  # the compiled path keeps the state: made as it makes it
         out = _STATE.adopt(result)
         _hold_memory(out, result.untyped_storage().nbytes(), state, tag, held)
         return out

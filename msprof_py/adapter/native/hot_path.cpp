@@ -259,9 +259,8 @@ StorageState& ensure_state(c10::StorageImpl* storage) {
   return *state;
 }
 
-// Point ``storage``'s data pointer at ``address``, its state kept.
-void set_address(c10::StorageImpl* storage, void* address) {
-  StorageState& state = ensure_state(storage);
+// Point ``storage``'s data pointer at ``address``, its state (``state``, from ensure_state) kept.
+void set_address(c10::StorageImpl* storage, StorageState& state, void* address) {
   storage->_mutable_data_ptr_no_checks().release_context();
   storage->set_data_ptr_noswap(c10::DataPtr(address, &state, &delete_state, npu_device));
 }
@@ -1107,7 +1106,7 @@ py::object hold_memory(const py::object& hold, PyObject* size, PyObject* stream_
 // nbytes, as a torch_npu storage shows its device memory: libraries tell storages apart by them
 // (transformers' tied-weight check when saving). No memory held (a graph's workspace): a null
 // pointer. ``nbytes``: the backing's size when the caller knows it (else looked up).
-void show_address(c10::StorageImpl* storage, const StorageState& state, int64_t nbytes) {
+void show_address(c10::StorageImpl* storage, StorageState& state, int64_t nbytes) {
   uintptr_t address = 0;
   if (state.held != nullptr) {
     const py::object value = get(state.held, s_address);
@@ -1116,7 +1115,7 @@ void show_address(c10::StorageImpl* storage, const StorageState& state, int64_t 
   }
   if (nbytes < 0 && state.backing) nbytes = static_cast<int64_t>(state.backing.nbytes());
   if (nbytes >= 0) storage->set_nbytes(nbytes);
-  set_address(storage, reinterpret_cast<void*>(address));
+  set_address(storage, state, reinterpret_cast<void*>(address));
 }
 
 // Give ``storage`` the device memory ``held`` (a handle, or None in a graph's workspace), the
