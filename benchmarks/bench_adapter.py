@@ -81,18 +81,31 @@ def turns(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[fl
     each the same stretch of it (one after the other, a ratio of two bests moved by 20-40%
     between runs); the times of one round compare with each other."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    for name, start, end in turns_with_spans(fns, repeats):
+        times[name].append(end - start)
+    return times
+
+
+def turns_with_spans(
+    fns: dict[str, Callable[[], None]], repeats: int
+) -> list[tuple[str, float, float]]:
+    """The calls of :func:`turns`'s rounds as (name, start, end), in seconds of
+    ``CLOCK_MONOTONIC`` (the clock ``perf record -k CLOCK_MONOTONIC`` stamps samples with:
+    ``sample_step.py`` gives each sample to the call it fell in)."""
+    spans: list[tuple[str, float, float]] = []
+    clock = time.CLOCK_MONOTONIC
     enabled = gc.isenabled()
     gc.disable()
     try:
         for _ in range(repeats):
             for name, fn in fns.items():
-                t0 = time.perf_counter()
+                start = time.clock_gettime(clock)
                 fn()
-                times[name].append(time.perf_counter() - t0)
+                spans.append((name, start, time.clock_gettime(clock)))
     finally:
         if enabled:
             gc.enable()
-    return times
+    return spans
 
 
 def median_ratio(times: dict[str, list[float]], name: str, base: str) -> float:
