@@ -111,6 +111,64 @@ def shape(t: torch.Tensor) -> Shape:
     return tuple(t.shape), t.dtype
 
 
+# ---- plans kept per call metadata ------------------------------------------------------------
+
+#: plans already made, by what a planner reads (:func:`_plan_key`), each with the device spec it
+#: was made for: a planner costs the kernels of a call from its metadata alone (an SDPA's math
+#: path is eight kernels with GEMM tilings, about 0.6 ms of Python), and a training loop calls
+#: it with the same shapes every step
+_PLANS: dict[tuple, tuple[DeviceSpec, Plan]] = {}
+#: the table is emptied when it holds this many (a program whose shapes never repeat)
+PLAN_LIMIT = 2048
+
+
+class _Unkeyed(Exception):
+    """An argument of a kind :func:`_plan_key` does not key by: plan the call afresh."""
+
+
+def _meta(value: Any, by_value: bool) -> Any:
+    """What a planner may read of argument ``value``: a tensor's shape, strides, dtype and
+    device (its values too where ``by_value``: a CPU argument such as a packed sequence's
+    ``batch_sizes``), the same of each item of a list, a plain scalar itself."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise _Unkeyed
+        if by_value:
+            return ("values", value.dtype, tuple(value.shape), tuple(value.reshape(-1).tolist()))
+        return (tuple(value.shape), value.stride(), value.dtype, value.device.type)
+    if isinstance(value, (list, tuple)):
+        return tuple(_meta(v, by_value) for v in value)
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return value
+    raise _Unkeyed
+
+
+def _plan_key(hop: HostOp, spec: DeviceSpec, call: Call) -> tuple | None:
+    """The key ``hop``'s plan of ``call`` on ``spec`` is kept by (None: not kept)."""
+    try:
+        args = tuple((name, _meta(v, name in hop.cpu_args)) for name, v in call.args.items())
+        outputs = tuple(_meta(t, False) for t in call.outputs)
+    except _Unkeyed:
+        return None
+    return id(spec), hop.name, call.training, args, outputs
+
+
+def plan_of(hop: HostOp, spec: DeviceSpec, call: Call) -> Plan:
+    """``hop``'s plan of ``call`` on ``spec``: the one made for a call with the same metadata
+    on the same spec, else a new one (kept)."""
+    key = _plan_key(hop, spec, call)
+    if key is None:
+        return hop.planner(spec, call)
+    found = _PLANS.get(key)
+    if found is not None and found[0] is spec:
+        return found[1]
+    plan = hop.planner(spec, call)
+    if len(_PLANS) >= PLAN_LIMIT:
+        _PLANS.clear()
+    _PLANS[key] = (spec, plan)
+    return plan
+
+
 # ---- running on the host -----------------------------------------------------------------
 
 
@@ -208,9 +266,8 @@ class _HostFunction(torch.autograd.Function):
             with torch.enable_grad(), _host_autocast():
                 results = _as_tuple(pending.op(*args, **kwargs))
             outputs = tuple(adopt(_own(r, hosted), state, hop.label) for r in results)
-            plan = hop.planner(
-                state.npu.spec, Call(bind(pending.op, pending.args, pending.kwargs), outputs, True)
-            )
+            call = Call(bind(pending.op, pending.args, pending.kwargs), outputs, True)
+            plan = plan_of(hop, state.npu.spec, call)
             _launch(state, hop.label, plan.forward)
             ctx.workspace = hold_workspace(plan.saved_bytes, state, hop.label + " (saved)")
         ctx.hop = hop  # not the arguments: autograd keeps only what the backward needs
@@ -290,7 +347,7 @@ def run(hop: HostOp, op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> An
         with _host_autocast():
             results = _as_tuple(op(*host_args, **host_kwargs))
         outputs = tuple(adopt(_own(r, hosted), state, hop.label) for r in results)
-        plan = hop.planner(state.npu.spec, Call(bind(op, args, kwargs), outputs, False))
+        plan = plan_of(hop, state.npu.spec, Call(bind(op, args, kwargs), outputs, False))
         _launch(state, hop.label, plan.forward)
     return outputs[0] if single else outputs
 
