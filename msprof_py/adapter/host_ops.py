@@ -131,8 +131,8 @@ def _meta(value: Any, by_value: bool) -> Any:
     device (its values too where ``by_value``: a CPU argument such as a packed sequence's
     ``batch_sizes``), the same of each item of a list, a plain scalar itself."""
     if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided:
-            raise _Unkeyed
+        if value.layout != torch.strided or value.is_nested:
+            raise _Unkeyed  # no strides to key by
         if by_value:
             return ("values", value.dtype, tuple(value.shape), tuple(value.reshape(-1).tolist()))
         return (tuple(value.shape), value.stride(), value.dtype, value.device.type)
