@@ -43,7 +43,8 @@ WORKLOADS = {"resnet": "_resnet", "transformer": "_transformer", "mlp": "_mlp"}
 
 #: the child: warm both modes up, then run them in turns, writing each turn's span
 CHILD = """
-import json, sys, threading, time
+import json, sys, threading
+from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import torch
 import bench_adapter
@@ -56,8 +57,9 @@ runs = {mode: bench_adapter._steps(build(mode), steps, mode == "npu") for mode i
 for run in runs.values():
     run()
 spans = bench_adapter.turns_with_spans(runs, rounds)
-json.dump({"main": threading.get_native_id(), "steps": steps, "spans": spans},
-          open(sys.argv[6], "w"))
+Path(sys.argv[6]).write_text(
+    json.dumps({"main": threading.get_native_id(), "steps": steps, "spans": spans})
+)
 """
 
 

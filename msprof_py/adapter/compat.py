@@ -115,12 +115,12 @@ def _patch_storage_to() -> None:
 
     # storage.new(): an empty storage on the same device (torch's made one with the allocator
     # of the npu storage's Python backend, a meta storage)
-    empty_like = torch.UntypedStorage.new
+    original_new = torch.UntypedStorage.new
 
     def new_empty(self: Any) -> Any:
         if self.device.type == "npu":
             return torch.UntypedStorage(0, device=self.device)
-        return empty_like(self)
+        return original_new(self)
 
     torch.UntypedStorage.new = new_empty  # type: ignore[method-assign]
 

@@ -113,10 +113,11 @@ def shape(t: torch.Tensor) -> Shape:
 
 # ---- plans kept per call metadata ------------------------------------------------------------
 
-#: plans already made, by what a planner reads (:func:`_plan_key`), each with the device spec it
-#: was made for: a planner costs the kernels of a call from its metadata alone (an SDPA's math
-#: path is eight kernels with GEMM tilings, about 0.6 ms of Python), and a training loop calls
-#: it with the same shapes every step
+#: plans already made, by what a planner reads (:func:`_plan_key`): a planner costs the kernels
+#: of a call from its metadata alone (an SDPA's math path is eight kernels with GEMM tilings,
+#: about 0.6 ms of Python), and a training loop calls it with the same shapes every step. Each
+#: entry also holds the device spec it was made for, so that the spec's ``id`` in its key
+#: cannot be reused by another spec while the entry lives
 _PLANS: dict[tuple, tuple[DeviceSpec, Plan]] = {}
 #: the table is emptied when it holds this many (a program whose shapes never repeat)
 PLAN_LIMIT = 2048
@@ -129,7 +130,8 @@ class _Unkeyed(Exception):
 def _meta(value: Any, by_value: bool) -> Any:
     """What a planner may read of argument ``value``: a tensor's shape, strides, dtype and
     device (its values too where ``by_value``: a CPU argument such as a packed sequence's
-    ``batch_sizes``), the same of each item of a list, a plain scalar itself."""
+    ``batch_sizes``), the same of each item of a list, a plain scalar by type and value (as
+    :mod:`meta_cache` keys them: ``True``, ``1`` and ``1.0`` apart)."""
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided or value.is_nested:
             raise _Unkeyed  # no strides to key by
@@ -139,7 +141,7 @@ def _meta(value: Any, by_value: bool) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_meta(v, by_value) for v in value)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
-        return value
+        return type(value), value
     raise _Unkeyed
 
 
@@ -160,7 +162,7 @@ def plan_of(hop: HostOp, spec: DeviceSpec, call: Call) -> Plan:
     if key is None:
         return hop.planner(spec, call)
     found = _PLANS.get(key)
-    if found is not None and found[0] is spec:
+    if found is not None:
         return found[1]
     plan = hop.planner(spec, call)
     if len(_PLANS) >= PLAN_LIMIT:
