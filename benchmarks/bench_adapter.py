@@ -7,9 +7,14 @@ N intra-op threads), each the best of several repeats:
 2. whole training steps (forward, backward, optimizer step; ms per step) of the ResNet and
    transformer sample models and a small-op MLP, on CPU eager, on CPU under
    ``torch.profiler.profile(activities=[CPU], record_shapes=True, with_flops=True)`` (the
-   overhead people already accept when profiling: the bar to beat), and on npu. CPU eager and
-   npu take turns, and the ratio is given both ways: best against best, and the median over
-   rounds of the two's times in one round (steadier where the machine's speed drifts).
+   overhead people already accept when profiling: the bar to beat), on npu, and on npu inside
+   an in-process recording (``msprof_py.record``: the rows ``msprof`` records; the recording's
+   start, first step and stop left out, as every mode's warm-up step is). CPU eager and the npu
+   modes take turns, and the ratios are given both ways: best against best, and the median
+   over rounds of the two's times in one round (steadier where the machine's speed drifts).
+   Each row shows the goal issue 20 states for it; a goal stated for other numerics (the AMP
+   CNN's, for ``--numerics fast``) is measured in a child process with those numerics, its row
+   printed after this run's, so that one run shows every goal.
 
 The npu runs compute every value on the CPU (numerics "cpu") and model the device timeline on
 top, so npu / CPU eager is the adapter's overhead. Ratios are the numbers to compare between
@@ -25,6 +30,7 @@ opens a second team and every parallel region in the process (CPU eager's too) w
 its workers to wake.
 
     python benchmarks/bench_adapter.py [--repeats 5] [--steps 5] [--calls 2000] [--threads 1]
+        [--numerics cpu|fast] [--workloads resnet,transformer,mlp,amp,generate]
 """
 
 from __future__ import annotations
@@ -75,7 +81,11 @@ def best_of_each(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, 
     return {name: min(times) for name, times in turns(fns, repeats).items()}
 
 
-def turns(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[float]]:
+#: a call's own (start, end), seconds on ``CLOCK_MONOTONIC`` (see :func:`turns_with_spans`)
+Span = tuple[float, float]
+
+
+def turns(fns: dict[str, Callable[[], Span | None]], repeats: int) -> dict[str, list[float]]:
     """Wall times (seconds) of ``repeats`` rounds in which each of ``fns`` is called once,
     garbage collection off: a shared VM's speed drifts over seconds, and taking turns gives
     each the same stretch of it (one after the other, a ratio of two bests moved by 20-40%
@@ -87,11 +97,12 @@ def turns(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, list[fl
 
 
 def turns_with_spans(
-    fns: dict[str, Callable[[], None]], repeats: int
+    fns: dict[str, Callable[[], Span | None]], repeats: int
 ) -> list[tuple[str, float, float]]:
     """The calls of :func:`turns`'s rounds as (name, start, end), in seconds of
     ``CLOCK_MONOTONIC`` (the clock ``perf record -k CLOCK_MONOTONIC`` stamps samples with:
-    ``sample_step.py`` gives each sample to the call it fell in)."""
+    ``sample_step.py`` gives each sample to the call it fell in). A call that returns its own
+    (start, end) on that clock is timed by it (a span that leaves its set-up out)."""
     spans: list[tuple[str, float, float]] = []
     clock = time.CLOCK_MONOTONIC
     enabled = gc.isenabled()
@@ -100,8 +111,9 @@ def turns_with_spans(
         for _ in range(repeats):
             for name, fn in fns.items():
                 start = time.clock_gettime(clock)
-                fn()
-                spans.append((name, start, time.clock_gettime(clock)))
+                own = fn()
+                end = time.clock_gettime(clock)
+                spans.append((name, *own) if own is not None else (name, start, end))
     finally:
         if enabled:
             gc.enable()
@@ -219,11 +231,19 @@ class SmallOpMLP(nn.Module):
 @dataclass
 class Workload:
     """A model, its optimizer and a fixed batch, built fresh for one device, and the npu /
-    CPU eager ratio issue 20 aims at (None: no goal stated)."""
+    CPU eager ratios issue 20 aims at, the adapter alone and recorded (None: no goal stated),
+    under the numerics they are stated for (None: either)."""
 
+    key: str
     name: str
     build: Callable[[str], Callable[[], torch.Tensor]]
     goal: float | None = None
+    recorded_goal: float | None = None
+    goal_numerics: str | None = None
+
+    def goals_apply(self, numerics: str) -> bool:
+        """Whether this workload's goals are stated for ``numerics``."""
+        return self.goal_numerics is None or self.goal_numerics == numerics
 
 
 def _resnet(device: str) -> Callable[[], torch.Tensor]:
@@ -338,13 +358,21 @@ def _generate(device: str) -> Callable[[], torch.Tensor]:
 
 
 WORKLOADS = [
-    Workload("ResNet sample (batch 8x3x32x32, SGD)", _resnet, 1.2),
-    Workload("transformer sample (8x64 tokens, d128, 2 layers, AdamW)", _transformer),
-    Workload("small-op MLP (6x[Linear 64+LayerNorm+GELU], batch 32, SGD)", _mlp, 2.5),
+    Workload("resnet", "ResNet sample (batch 8x3x32x32, SGD)", _resnet, 1.2, 1.3),
     Workload(
-        "AMP CNN: ResNet sample, npu fp16 autocast + GradScaler vs CPU fp32", _amp_resnet, 1.5
+        "transformer", "transformer sample (8x64 tokens, d128, 2 layers, AdamW)", _transformer
     ),
-    Workload(f"tiny GPT generating {GENERATED_TOKENS} tokens one at a time", _generate, 3.0),
+    Workload("mlp", "small-op MLP (6x[Linear 64+LayerNorm+GELU], batch 32, SGD)", _mlp, 2.5, 3.0),
+    Workload(
+        "amp",
+        "AMP CNN: ResNet sample, npu fp16 autocast + GradScaler vs CPU fp32",
+        _amp_resnet,
+        1.5,
+        goal_numerics="fast",
+    ),
+    Workload(
+        "generate", f"tiny GPT generating {GENERATED_TOKENS} tokens one at a time", _generate, 3.0
+    ),
 ]
 
 
@@ -360,6 +388,10 @@ class StepTimes:
     python_path_ms: float
     #: npu / CPU eager, the median over rounds of the two's times in one round
     npu_ratio_median: float
+    #: the npu inside an in-process recording (msprof_py.record: what msprof records)
+    recorded_ms: float
+    #: recorded npu / CPU eager, the median over rounds
+    recorded_ratio_median: float
 
 
 def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[], None]:
@@ -387,11 +419,31 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
         with python_path():
             npu_run()
 
-    times = turns(
-        {"cpu": _steps(cpu_step, steps, False), "npu": npu_run, "python": python_path_run},
-        repeats,
+    with tempfile.TemporaryDirectory(prefix="bench_adapter_") as output:
+
+        def recorded_run() -> Span:
+            """The steps recorded as ``msprof`` records them, once the recording is warm: its
+            start, first step (the writer's first chunk: files made, schemas, an fsync) and
+            stop left out of the span, as each mode's warm-up step is."""
+            with msprof_py.record(output, settle=False):
+                npu_step()
+                torch.npu.synchronize()
+                start = time.clock_gettime(time.CLOCK_MONOTONIC)
+                npu_run()
+                return start, time.clock_gettime(time.CLOCK_MONOTONIC)
+
+        times = turns(
+            {
+                "cpu": _steps(cpu_step, steps, False),
+                "npu": npu_run,
+                "recorded": recorded_run,
+                "python": python_path_run,
+            },
+            repeats,
+        )
+    cpu_ms, npu_ms, recorded_ms, python_path_ms = (
+        min(times[k]) / steps * 1e3 for k in ("cpu", "npu", "recorded", "python")
     )
-    cpu_ms, npu_ms, python_path_ms = (min(times[k]) / steps * 1e3 for k in ("cpu", "npu", "python"))
 
     profiled_step = workload.build("cpu")
     profiled_step()
@@ -410,6 +462,8 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
         start.elapsed_time(end),
         python_path_ms,
         median_ratio(times, "npu", "cpu"),
+        recorded_ms,
+        median_ratio(times, "recorded", "cpu"),
     )
 
 
@@ -424,6 +478,45 @@ def python_path() -> Iterator[None]:
         yield
     finally:
         state.native = saved
+
+
+def _goal(goal: float | None, applies: bool) -> str:
+    return f"<= {goal}" if goal is not None and applies else "-"
+
+
+def step_row(workload: Workload, args: argparse.Namespace) -> str:
+    """``workload``'s row of the training steps' table, measured in this process."""
+    t = measure(workload, args.steps, args.repeats)
+    applies = workload.goals_apply(args.numerics)
+    return (
+        f"| {workload.name} | {args.numerics} | {t.cpu_ms:.2f} | {t.profiled_ms:.2f} "
+        f"| {t.npu_ms:.2f} | {t.recorded_ms:.2f} | {t.profiled_ms / t.cpu_ms:.2f} "
+        f"| {t.npu_ms / t.cpu_ms:.2f} | {t.npu_ratio_median:.2f} "
+        f"| {_goal(workload.goal, applies)} | {t.recorded_ms / t.cpu_ms:.2f} "
+        f"| {t.recorded_ratio_median:.2f} | {_goal(workload.recorded_goal, applies)} "
+        f"| {t.python_path_ms / t.cpu_ms:.2f} | {t.simulated_ms:.3f} |"
+    )
+
+
+def child_step_row(workload: Workload, args: argparse.Namespace, numerics: str) -> str:
+    """``workload``'s row measured in a child process with ``numerics`` (a process has one
+    npu backend, so one numerics), the other settings as this run's."""
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--rows-only",
+        f"--workloads={workload.key}",
+        f"--numerics={numerics}",
+        f"--repeats={args.repeats}",
+        f"--steps={args.steps}",
+        f"--threads={args.threads}",
+    ]
+    if args.autograd_device_thread:
+        command.append("--autograd-device-thread")
+    out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        sys.exit(f"the {numerics} numerics child failed:\n{out.stderr[-2000:]}")
+    return next(line for line in out.stdout.splitlines() if line.startswith("| "))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -448,13 +541,32 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also build benchmarks/native_floor.cpp (a C++ fallback doing nothing) and time it",
     )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(w.key for w in WORKLOADS),
+        help="the training steps to time, comma-separated (default: all)",
+    )
+    parser.add_argument(
+        "--rows-only",
+        action="store_true",
+        help="print only the training steps' table rows (what a child run hands back)",
+    )
     args = parser.parse_args(argv)
+    keys = {w.key for w in WORKLOADS}
+    chosen = args.workloads.split(",")
+    if not set(chosen) <= keys:
+        parser.error(f"--workloads: choose from {', '.join(sorted(keys))}")
     backward = "calling thread"
     if args.autograd_device_thread:  # torch's placement, as the user can ask for it
         os.environ[backward_thread.PLACEMENT_ENV] = "device"
         backward = "autograd's device thread"
     npu = msprof_py.adapter.install(numerics=args.numerics)
     torch.set_num_threads(args.threads)
+    workloads = [w for w in WORKLOADS if w.key in chosen]
+    if args.rows_only:
+        for workload in workloads:
+            print(step_row(workload, args))
+        return 0
     print(
         f"python {platform.python_version()}, torch {torch.__version__} on {platform.machine()}, "
         f"{args.threads} thread(s), best of {args.repeats}; "
@@ -492,20 +604,17 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     print(
-        "\n| training step | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
-        "| profiler / eager | npu / eager | npu / eager, median of rounds | goal "
+        "\n| training step | numerics | CPU eager (ms) | CPU + torch.profiler (ms) | npu (ms) "
+        "| npu recorded (ms) | profiler / eager | npu / eager | npu / eager, median of rounds "
+        "| goal | recorded / eager | recorded / eager, median of rounds | goal "
         "| npu, Python path / eager | npu simulated step (ms) |"
-        "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    for workload in WORKLOADS:
-        t = measure(workload, args.steps, args.repeats)
-        print(
-            f"| {workload.name} | {t.cpu_ms:.2f} | {t.profiled_ms:.2f} | {t.npu_ms:.2f} "
-            f"| {t.profiled_ms / t.cpu_ms:.2f} | {t.npu_ms / t.cpu_ms:.2f} "
-            f"| {t.npu_ratio_median:.2f} "
-            f"| {'-' if workload.goal is None else f'<= {workload.goal}'} "
-            f"| {t.python_path_ms / t.cpu_ms:.2f} | {t.simulated_ms:.3f} |"
-        )
+    for workload in workloads:
+        print(step_row(workload, args), flush=True)
+        other = workload.goal_numerics
+        if other is not None and other != args.numerics:  # its goals' numerics: a child
+            print(child_step_row(workload, args, other), flush=True)
     return 0
 
 

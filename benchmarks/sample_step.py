@@ -43,17 +43,40 @@ WORKLOADS = {"resnet": "_resnet", "transformer": "_transformer", "mlp": "_mlp"}
 
 #: the child: warm both modes up, then run them in turns, writing each turn's span
 CHILD = """
-import json, sys, threading
+import json, sys, threading, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import torch
 import bench_adapter
+import msprof_py
 import msprof_py.adapter
 msprof_py.adapter.install()
 torch.set_num_threads(int(sys.argv[3]))
 build = getattr(bench_adapter, sys.argv[2])
 steps, rounds = int(sys.argv[4]), int(sys.argv[5])
-runs = {mode: bench_adapter._steps(build(mode), steps, mode == "npu") for mode in ("cpu", "npu")}
+output = sys.argv[7]
+
+
+def recorded(step):
+    # the npu steps inside a recording, timed once it is warm (see bench_adapter.measure)
+    run = bench_adapter._steps(step, steps, True)
+
+    def turn():
+        with msprof_py.record(output, settle=False):
+            step()
+            torch.npu.synchronize()
+            start = time.clock_gettime(time.CLOCK_MONOTONIC)
+            run()
+            return start, time.clock_gettime(time.CLOCK_MONOTONIC)
+
+    return turn
+
+
+runs = {}
+for mode in sys.argv[8].split(","):
+    step = build("cpu" if mode == "cpu" else "npu")
+    plain = bench_adapter._steps(step, steps, mode == "npu")
+    runs[mode] = recorded(step) if mode == "recorded" else plain
 for run in runs.values():
     run()
 spans = bench_adapter.turns_with_spans(runs, rounds)
@@ -109,23 +132,32 @@ def attribute(
     return by_object, by_symbol
 
 
-def _table(rows: dict, label: str, limit: int, order_by_growth: bool) -> list[str]:
+#: what each mode's column is called
+MODE_NAMES = {"cpu": "CPU eager", "npu": "npu", "recorded": "npu recorded"}
+
+
+def _table(
+    rows: dict, label: str, limit: int, order_by_growth: bool, modes: tuple[str, str]
+) -> list[str]:
+    base, other = modes
+
     def growth(item: tuple) -> float:
-        return item[1].get("npu", 0.0) - item[1].get("cpu", 0.0)
+        return item[1].get(other, 0.0) - item[1].get(base, 0.0)
 
     def size(item: tuple) -> float:
-        return max(item[1].get("npu", 0.0), item[1].get("cpu", 0.0))
+        return max(item[1].get(other, 0.0), item[1].get(base, 0.0))
 
     ordered = sorted(rows.items(), key=growth if order_by_growth else size, reverse=True)
     lines = [
-        f"| {label} | CPU eager (ms/step) | npu (ms/step) | npu - CPU |",
+        f"| {label} | {MODE_NAMES[base]} (ms/step) | {MODE_NAMES[other]} (ms/step) "
+        f"| {MODE_NAMES[other]} - {MODE_NAMES[base]} |",
         "|---|---:|---:|---:|",
     ]
     for key, times in ordered[:limit]:
-        cpu, npu = times.get("cpu", 0.0), times.get("npu", 0.0)
-        if max(cpu, npu) < 0.005:
+        first, second = times.get(base, 0.0), times.get(other, 0.0)
+        if max(first, second) < 0.005:
             continue
-        lines.append(f"| {' / '.join(key)} | {cpu:.3f} | {npu:.3f} | {npu - cpu:+.3f} |")
+        lines.append(f"| {' / '.join(key)} | {first:.3f} | {second:.3f} | {second - first:+.3f} |")
     return lines
 
 
@@ -137,7 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per turn")
     parser.add_argument("--frequency", type=int, default=4000, help="samples per second")
     parser.add_argument("--symbols", type=int, default=0, help="also the N functions grown most")
+    parser.add_argument(
+        "--modes",
+        default="cpu,npu",
+        help="the two modes compared, base first: cpu (CPU eager), npu, recorded (npu inside "
+        "an in-process recording); default cpu,npu",
+    )
     args = parser.parse_args(argv)
+    modes = tuple(args.modes.split(","))
+    if len(modes) != 2 or len(set(modes)) != 2 or not set(modes) <= set(MODE_NAMES):
+        parser.error("--modes: two different modes of cpu, npu, recorded")
     perf = shutil.which("perf")
     if perf is None:
         raise SystemExit("sample_step: needs perf (Debian: apt install linux-perf)")
@@ -145,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         data, spans_file = Path(folder, "perf.data"), Path(folder, "spans.json")
         child = [
             sys.executable, "-c", CHILD, str(HERE), WORKLOADS[args.workload], str(args.threads),
-            str(args.steps), str(args.rounds), str(spans_file),
+            str(args.steps), str(args.rounds), str(spans_file), str(Path(folder, "runs")),
+            ",".join(modes),
         ]  # fmt: skip
         record = [
             perf, "record", "-q", "-e", "cpu-clock", "-k", "CLOCK_MONOTONIC",
@@ -170,16 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     wall = defaultdict(float)
     for mode, start, end in spans:
         wall[mode] += (end - start) * 1e3 / (args.rounds * run["steps"])
+    base, other = modes
     print(
         f"{args.workload}, {args.threads} thread(s), {args.rounds} turns of {args.steps} steps "
-        f"each mode; wall ms/step: CPU eager {wall['cpu']:.3f}, npu {wall['npu']:.3f} "
-        f"({wall['npu'] / wall['cpu']:.3f}x); {len(samples)} samples at {args.frequency} Hz"
+        f"each mode; wall ms/step: {MODE_NAMES[base]} {wall[base]:.3f}, {MODE_NAMES[other]} "
+        f"{wall[other]:.3f} ({wall[other] / wall[base]:.3f}x); {len(samples)} samples at "
+        f"{args.frequency} Hz"
     )
     print()
-    print("\n".join(_table(by_object, "thread / shared object", 25, False)))
+    print("\n".join(_table(by_object, "thread / shared object", 25, False, modes)))
     if args.symbols:
         print()
-        print("\n".join(_table(by_symbol, "thread / object / function", args.symbols, True)))
+        print("\n".join(_table(by_symbol, "thread / object / function", args.symbols, True, modes)))
     return 0
 
 
