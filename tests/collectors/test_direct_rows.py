@@ -222,12 +222,41 @@ def test_an_append_run_by_a_conversion_keeps_both_rows_whole() -> None:
     count, columns = rows.take()
     assert count == 2
     values = pa.Array.from_buffers(pa.int64(), 2, [None, pa.py_buffer(columns[0][0])])
-    codes, _, dictionary = columns[1]
-    texts = [dictionary[code] for code in memoryview(codes).cast("i")]
+    texts = _texts(columns[1])
     assert list(zip(values.to_pylist(), texts, strict=True)) == [
         (7, "inner"),
         (5, "outer"),
     ]
+
+
+def _texts(column: tuple) -> list[str]:
+    codes, _, dictionary = column
+    return [dictionary[code] for code in memoryview(codes).cast("i")]
+
+
+@needs_core
+def test_string_codes_follow_the_text_not_the_object() -> None:
+    """Codes are remembered by object: strings made afresh for each row (freed after it, so
+    a later one may take the same address) and equal strings that are other objects still get
+    the code of their text."""
+    rows = CORE.RowBuffer("s")
+    encoded = [f"op{k}".encode() for k in range(7)]
+    expected = []
+    for i in range(400):
+        # a new object every row, the row's only allocation of its size: once freed, the
+        # next row's text usually takes its address
+        k = i * 5 % 7
+        text = encoded[k].decode()
+        rows.append((text,))
+        expected.append(f"op{k}")
+        del text
+    rows.append(("op0",))
+    rows.append(("".join(["o", "p0"]),))
+    expected += ["op0", "op0"]
+    count, columns = rows.take()
+    assert count == len(expected)
+    assert _texts(columns[0]) == expected
+    assert len(columns[0][2]) == len(set(expected))  # one dictionary entry per text
 
 
 @needs_core

@@ -1535,6 +1535,40 @@ py::object thread_value(const py::object& recorder) {
   return value;
 }
 
+// What a recorder gives every host op, read once per recorder (a Recorder sets them when it is
+// made and never replaces them): its row sink (None: rows go through Python), its clock and
+// its module stack, and whether a direct call can stand for it (the row sink is the live row
+// state and no stacks are recorded).
+struct RecorderObjects {
+  py::object recorder;
+  py::object sink;
+  py::object clock;
+  py::object modules;
+  bool direct = false;
+};
+RecorderObjects recorder_objects;
+
+// ``recorder``'s objects (read when it is not the one read last); throws the Python error.
+const RecorderObjects& objects_of_recorder(const py::object& recorder) {
+  if (recorder_objects.recorder.is(recorder)) return recorder_objects;
+  RecorderObjects found;
+  PyObject* sink = nullptr;
+  if (lookup(recorder.ptr(), s_direct_sink, &sink) != 1) {
+    PyErr_Clear();  // not a recorder with a row sink: Python's path
+  } else {
+    found.sink = py::reinterpret_steal<py::object>(sink);
+    found.direct = !found.sink.is_none() && get(recorder, s_live).is(found.sink) &&
+                   get(recorder, s_stacks).is_none();
+  }
+  if (found.direct) {
+    found.clock = get(recorder, s_clock);
+    found.modules = get(recorder, s_modules);
+  }
+  found.recorder = recorder;
+  recorder_objects = std::move(found);
+  return recorder_objects;
+}
+
 // The host op a direct call opens for the op observer (the recorder), as AdapterState.enter
 // and leave do with Recorder.op_begin and op_end: its row is written by the recorder's row
 // sink. Nested calls (a Python path calling ops) open none. While open, the adapter state's
@@ -1549,14 +1583,12 @@ class HostOp {
     if (!PyLong_CheckExact(depth.ptr())) return false;
     nested_ = PyLong_AsLong(depth.ptr()) != 0;
     if (nested_) return true;  // a Python path's own call: no host op of its own
-    PyObject* sink = nullptr;
-    if (lookup(observer.ptr(), s_direct_sink, &sink) != 1) {
-      PyErr_Clear();
-      return false;
-    }
-    sink_ = py::reinterpret_steal<py::object>(sink);
-    return !sink_.is_none() && get(observer, s_live).is(sink_) &&
-           get(observer, s_stacks).is_none();
+    const RecorderObjects& objects = objects_of_recorder(observer);
+    if (!objects.direct) return false;
+    sink_ = objects.sink;
+    clock_ = objects.clock;
+    modules_ = objects.modules;
+    return true;
   }
 
   // Open the host op of ``entry`` called with ``arguments`` (after can_open).
@@ -1579,16 +1611,14 @@ class HostOp {
   void open_texts(const py::object& state, const py::object& observer, const py::object& name,
                   Texts texts) {
     if (nested_) return;
-    clock_ = get(observer, s_clock);
     if (!truthy(get(observer, s_recording))) {
       call_method(sink_, s_op_close, {});
     } else {
       const auto& [shapes, dtypes] = texts();
       const py::object start = call(clock_, {});
       const py::object thread = thread_value(observer);
-      const py::object modules = get(observer, s_modules);
-      const py::object class_path = get(modules, s_class_path);
-      const py::object instance_path = get(modules, s_instance_path);
+      const py::object class_path = get(modules_, s_class_path);
+      const py::object instance_path = get(modules_, s_instance_path);
       const py::int_ sequence(sequence_number());
       call_method(sink_, s_op_begin,
                   {name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
@@ -1614,6 +1644,7 @@ class HostOp {
   py::object state_;
   py::object sink_;
   py::object clock_;
+  py::object modules_;
 };
 
 // A view op's Meta kernel on the npu tensors in ``arguments`` (what backend.fallback does for
@@ -2358,6 +2389,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     device_objects = DeviceObjects();
     thread_recorder = py::object();
     thread_values.clear();
+    recorder_objects = RecorderObjects();
     arg_texts.clear();
     python_fallback = py::object();
     python_finish = py::object();

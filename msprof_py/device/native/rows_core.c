@@ -22,14 +22,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* the string objects a column remembers the codes of (a power of two) */
+#define RECENT_CODES 16
+
 typedef struct {
     char kind;          /* 'q' int64, 'i' int32, 'd' float64, 'b' bool, 's' string code */
     unsigned char *data; /* values (bool: one bit each, as Arrow stores them) */
     unsigned char *valid; /* validity bitmap, NULL while every value is present */
     PyObject *codes;     /* strings: str -> code (a dict), for this chunk */
     PyObject *values;    /* strings: the chunk's dictionary (a list, in code order) */
-    PyObject *last;      /* strings: the object coded last (held), and its code */
-    long long last_code;
+    /* strings: the objects coded lately (held), by their address, and their codes: a
+       column's rows repeat a few string objects (op names, "", a kind), often alternating,
+       so most codes are found without hashing the string */
+    PyObject *recent[RECENT_CODES];
+    int32_t recent_code[RECENT_CODES];
 } Column;
 
 typedef struct {
@@ -81,7 +87,7 @@ static void free_columns(Column *cols, Py_ssize_t ncols) {
         PyMem_Free(cols[i].valid);
         Py_XDECREF(cols[i].codes);
         Py_XDECREF(cols[i].values);
-        Py_XDECREF(cols[i].last);
+        for (int k = 0; k < RECENT_CODES; k++) Py_XDECREF(cols[i].recent[k]);
     }
     PyMem_Free(cols);
 }
@@ -171,8 +177,8 @@ static long long string_code(Column *c, PyObject *obj) {
         PyErr_Format(PyExc_TypeError, "expected str, got %.100s", Py_TYPE(obj)->tp_name);
         return -1;
     }
-    /* a column mostly repeats the string object of its row before ("" or an op's name) */
-    if (obj == c->last) return c->last_code;
+    const size_t slot = ((uintptr_t)obj >> 4) & (RECENT_CODES - 1);
+    if (obj == c->recent[slot]) return c->recent_code[slot];
     long long code;
     PyObject *found = PyDict_GetItemWithError(c->codes, obj);
     if (found != NULL) {
@@ -191,10 +197,9 @@ static long long string_code(Column *c, PyObject *obj) {
         Py_DECREF(number);
         if (failed) return -1;
     }
-    PyObject *previous = c->last;
-    Py_INCREF(obj);
-    c->last = obj;
-    c->last_code = code;
+    PyObject *previous = c->recent[slot];
+    c->recent[slot] = Py_NewRef(obj); /* held: its address names no other string meanwhile */
+    c->recent_code[slot] = (int32_t)code;
     Py_XDECREF(previous);
     return code;
 }
