@@ -404,6 +404,24 @@ def _steps(step: Callable[[], torch.Tensor], n: int, sync: bool) -> Callable[[],
     return run
 
 
+def recorded_steps(step: Callable[[], torch.Tensor], n: int, output: str) -> Callable[[], Span]:
+    """A call running ``n`` npu steps inside a recording (``msprof_py.record``, written under
+    ``output``), as ``msprof`` records them, once the recording is warm: its span leaves out
+    the recording's start, first step (the writer's first chunk: files made, schemas, an
+    fsync) and stop, as each mode's warm-up step is left out."""
+    run = _steps(step, n, True)
+
+    def recorded() -> Span:
+        with msprof_py.record(output, settle=False):
+            step()
+            torch.npu.synchronize()
+            start = time.clock_gettime(time.CLOCK_MONOTONIC)
+            run()
+            return start, time.clock_gettime(time.CLOCK_MONOTONIC)
+
+    return recorded
+
+
 def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
     """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes: CPU
     eager, npu and npu's Python path take turns (:func:`turns`); torch.profiler's
@@ -420,23 +438,11 @@ def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
             npu_run()
 
     with tempfile.TemporaryDirectory(prefix="bench_adapter_") as output:
-
-        def recorded_run() -> Span:
-            """The steps recorded as ``msprof`` records them, once the recording is warm: its
-            start, first step (the writer's first chunk: files made, schemas, an fsync) and
-            stop left out of the span, as each mode's warm-up step is."""
-            with msprof_py.record(output, settle=False):
-                npu_step()
-                torch.npu.synchronize()
-                start = time.clock_gettime(time.CLOCK_MONOTONIC)
-                npu_run()
-                return start, time.clock_gettime(time.CLOCK_MONOTONIC)
-
         times = turns(
             {
                 "cpu": _steps(cpu_step, steps, False),
                 "npu": npu_run,
-                "recorded": recorded_run,
+                "recorded": recorded_steps(npu_step, steps, output),
                 "python": python_path_run,
             },
             repeats,

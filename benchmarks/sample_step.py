@@ -43,12 +43,11 @@ WORKLOADS = {"resnet": "_resnet", "transformer": "_transformer", "mlp": "_mlp"}
 
 #: the child: warm both modes up, then run them in turns, writing each turn's span
 CHILD = """
-import json, sys, threading, time
+import json, sys, threading
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 import torch
 import bench_adapter
-import msprof_py
 import msprof_py.adapter
 msprof_py.adapter.install()
 torch.set_num_threads(int(sys.argv[3]))
@@ -57,26 +56,13 @@ steps, rounds = int(sys.argv[4]), int(sys.argv[5])
 output = sys.argv[7]
 
 
-def recorded(step):
-    # the npu steps inside a recording, timed once it is warm (see bench_adapter.measure)
-    run = bench_adapter._steps(step, steps, True)
-
-    def turn():
-        with msprof_py.record(output, settle=False):
-            step()
-            torch.npu.synchronize()
-            start = time.clock_gettime(time.CLOCK_MONOTONIC)
-            run()
-            return start, time.clock_gettime(time.CLOCK_MONOTONIC)
-
-    return turn
-
-
 runs = {}
 for mode in sys.argv[8].split(","):
     step = build("cpu" if mode == "cpu" else "npu")
-    plain = bench_adapter._steps(step, steps, mode == "npu")
-    runs[mode] = recorded(step) if mode == "recorded" else plain
+    if mode == "recorded":
+        runs[mode] = bench_adapter.recorded_steps(step, steps, output)
+    else:
+        runs[mode] = bench_adapter._steps(step, steps, mode == "npu")
 for run in runs.values():
     run()
 spans = bench_adapter.turns_with_spans(runs, rounds)
