@@ -13,6 +13,7 @@ from msprof_py.adapter.tensors import (
     hold_device_bytes,
     host_view,
     new_tensor,
+    resize_storage_bytes,
     set_storage_format,
     set_to_storage,
     storage_format,
@@ -352,6 +353,9 @@ def register() -> None:
         # casts and copies on the device once learned (copies.learn_cast, learn_copy), by
         # to_copy and copy_from otherwise
         backend.NATIVE.install_copies(to_copy, copy_from)
+        # an npu storage's resize_() (torch asks the compiled hooks; where they are not built
+        # it raises torch's NotImplementedError)
+        backend.NATIVE.install_storage_resize(resize_storage_bytes)
         del explicit["_to_copy"], explicit["_copy_from"]
     else:
         explicit.update(

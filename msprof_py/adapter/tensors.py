@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from msprof_py.adapter import runtime
 from msprof_py.adapter.errors import raise_oom
 from msprof_py.adapter.opcost import dtype_name
 from msprof_py.adapter.runtime import AdapterState
@@ -319,6 +320,25 @@ def resync(t: torch.Tensor, view: torch.Tensor, state: AdapterState, tag: str) -
     if old is not backing or short:
         _attach(t, backing, state, tag)
     _set_meta(_META_KEYS, t, t.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
+def resize_storage_bytes(storage: torch.UntypedStorage, nbytes: int) -> None:
+    """``storage.resize_(nbytes)`` for an npu storage (torch asks the device's hooks, as it
+    asks torch_npu's): its backing resized as CPU resizes a storage (the first bytes kept),
+    then device memory for the new size in place of the old (none for 0 bytes: FSDP frees a
+    parameter's storage so and grows it back before its next use)."""
+    backing = backing_of(storage)
+    if backing is None:
+        raise RuntimeError(
+            "resize_: the npu storage holds no values (it was not made by msprof-py)"
+        )
+    backing.resize_(nbytes)
+    state = runtime.state()
+    if nbytes == 0:
+        _set_memory(storage, None, 0)
+    else:
+        _hold_memory(storage, nbytes, state, "resize_")
+    _STATE.set_storage_backing(storage, backing)  # host views made for the old bytes go
 
 
 def set_to_storage(

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 import msprof_py.adapter.distributed as hccl
+from msprof_py.adapter import native
 from msprof_py.device import DeviceSpec, SimulatedNpu, TaskLog, TaskType
 from msprof_py.device.collectives import collective_cost
 
@@ -434,6 +435,65 @@ def test_ddp_under_torchrun_matches_a_single_process_reference(tmp_path: Path) -
         for op, nbytes, duration, stream in res["hccl"]:
             assert stream != res["default_stream"]
             assert duration == collective_cost(SPEC.hccl, op, nbytes, 2).duration_ns
+
+
+_FSDP = """
+import json, os, sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+
+import msprof_py.adapter
+import msprof_py.adapter.distributed as hccl
+
+msprof_py.adapter.install()
+hccl.register()
+dist.init_process_group("hccl")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)).to("npu")
+# FULL_SHARD frees each gathered parameter's storage (resize_(0)) and grows it back; the
+# module already on the npu (each rank's tensors are npu:0 in its own process)
+fsdp = FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD)
+opt = torch.optim.SGD(fsdp.parameters(), lr=0.1)
+x, y = torch.randn(8, 32), torch.randn(8, 4)  # the same batch on every rank
+losses = []
+for _ in range(3):
+    loss = ((fsdp(x.to("npu")) - y.to("npu")) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    losses.append(loss.item())
+with open(f"{sys.argv[1]}/rank{rank}.json", "w") as f:
+    json.dump({"losses": losses}, f)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not native.status().startswith("compiled"), reason=native.status())
+def test_fsdp_full_shard_under_torchrun_trains_as_one_cpu_process(tmp_path: Path) -> None:
+    """FSDP's FULL_SHARD resizes its parameters' npu storages (``untyped_storage().resize_``,
+    which torch asks the device's hooks for): two ranks train as one CPU process would."""
+    script = _write(tmp_path, "fsdp.py", _FSDP)
+    _run(
+        [*_torchrun(), "--standalone", "--nproc-per-node=2", str(script), str(tmp_path)],
+        _clean_env(),
+    )
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 32), torch.randn(8, 4)
+    reference = []
+    for _ in range(3):
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        reference.append(loss.item())
+    for result in _results(tmp_path):
+        assert result["losses"] == pytest.approx(reference, rel=1e-6)
 
 
 # ---- a failing peer -------------------------------------------------------------------------

@@ -491,6 +491,32 @@ def test_npu_storages_show_their_device_memory_as_data_ptr_and_nbytes() -> None:
         assert [t.untyped_storage().nbytes() for t in made] == [96, 96, 12, 96]
 
 
+@needs_native
+def test_an_npu_storage_resizes_its_values_and_device_memory() -> None:
+    """``untyped_storage().resize_()``, as FSDP frees a parameter's storage and grows it back:
+    the first bytes kept as CPU keeps them, the device memory released at 0 bytes and held
+    again for the new size, the tensor usable again once refilled."""
+    torch.npu.synchronize()
+    values = torch.arange(4096, dtype=torch.float32)
+    param = values.to("npu")
+    storage = param.untyped_storage()
+    before = torch.npu.memory_allocated()
+    storage.resize_(0)
+    assert storage.nbytes() == 0 and tensors.memory_of(param) is None
+    assert torch.npu.memory_allocated() < before  # its block went back to the caching allocator
+    storage.resize_(4096 * 4)
+    assert storage.nbytes() == 4096 * 4 and torch.npu.memory_allocated() == before
+    assert param.data_ptr() == tensors.memory_of(param).address
+    param.copy_(values.to("npu"))
+    assert torch.equal((param * 2).cpu(), values * 2)
+    grown = torch.arange(8, dtype=torch.float32).to("npu")
+    grown.untyped_storage().resize_(16 * 4)  # grows: the first eight values kept
+    assert grown.untyped_storage().nbytes() == 64
+    assert torch.equal(grown.cpu(), torch.arange(8, dtype=torch.float32))
+    whole = torch.empty(0, device="npu").set_(grown.untyped_storage())
+    assert whole.shape == (16,) and torch.equal(whole[:8].cpu(), grown.cpu())
+
+
 def _accumulating_adds(device: str) -> list[str]:
     """The adds autograd runs where two gradients of ``w`` meet."""
     w = torch.randn(4, 4, requires_grad=True).to(device)

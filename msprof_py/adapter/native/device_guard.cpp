@@ -48,15 +48,28 @@ struct NpuDeviceGuard final : c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream&) const override {}
 };
 
-// What registration.py's _Hooks answers; every other question gets the base class's answer,
-// as it does through torch::acc::PythonHooks.
+//: what resizes an npu storage's bytes (hot_path.cpp's, set with set_storage_resize)
+void (*resize_storage_bytes)(const c10::Storage&, size_t) = nullptr;
+
+// What registration.py's _Hooks answers, and an npu storage's resize_() (torch asks the hooks
+// for it; torch_npu resizes its device memory there); every other question gets the base
+// class's answer, as it does through torch::acc::PythonHooks.
 struct NpuHooks final : at::PrivateUse1HooksInterface {
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    TORCH_CHECK(resize_storage_bytes != nullptr, "resize_ of an npu storage: not installed");
+    resize_storage_bytes(storage, newsize);
+  }
 };
 
 }  // namespace
+
+// Let ``resize`` resize an npu storage's bytes when torch asks the hooks to.
+void set_storage_resize(void (*resize)(const c10::Storage&, size_t)) {
+  resize_storage_bytes = resize;
+}
 
 // Register the guard and the hooks, each unless one is already registered; whether the guard
 // is ours. Both live as long as the process (never destroyed: a thread torch leaves running at

@@ -62,6 +62,7 @@
 
 // device_guard.cpp: the npu's device guard and hooks, without Python
 bool register_npu_device();
+void set_storage_resize(void (*resize)(const c10::Storage&, size_t));
 
 namespace {
 
@@ -2261,6 +2262,31 @@ bool foreach_route(const std::string& name, const std::string& overload, py::tup
   return foreach_fast_route(stack, name == "aten::_foreach_norm");
 }
 
+//: tensors.resize_storage_bytes: an npu storage's resize_() (install_storage_resize)
+py::object python_resize;
+
+// Resize npu storage ``storage`` to ``newsize`` bytes (its backing, its device memory) through
+// Python's tensors.resize_storage_bytes; its errors are raised as torch's.
+void resize_npu_storage(const c10::Storage& storage, size_t newsize) {
+  py::gil_scoped_acquire gil;
+  TORCH_CHECK(python_resize, "the npu device is shut down: an npu storage's resize_ ran after exit");
+  try {
+    const py::object obj = py::reinterpret_steal<py::object>(THPStorage_Wrap(storage));
+    if (!obj) throw py::error_already_set();
+    const py::int_ size(newsize);
+    call(python_resize, {obj.ptr(), size.ptr()});
+  } catch (py::error_already_set& error) {
+    error.restore();
+    throw python_error();
+  }
+}
+
+// Resize npu storages with ``resize`` (tensors.resize_storage_bytes) from now on.
+void install_storage_resize(py::object resize) {
+  python_resize = std::move(resize);
+  set_storage_resize(&resize_npu_storage);
+}
+
 // Let npu_kernel run plain ops itself, or send every op to Python's path.
 void set_direct(bool enabled) { kernel_direct = enabled; }
 
@@ -2390,6 +2416,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     thread_recorder = py::object();
     thread_values.clear();
     recorder_objects = RecorderObjects();
+    python_resize = py::object();
     arg_texts.clear();
     python_fallback = py::object();
     python_finish = py::object();
@@ -2419,6 +2446,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Register the npu kernels of _to_copy and _copy_from (once).");
   m.def("learn_cast", &learn_cast, "Teach the compiled cast the launch of an npu cast.");
   m.def("learn_copy", &learn_copy, "Teach the compiled copy the launch of an npu copy.");
+  m.def("install_storage_resize", &install_storage_resize,
+        "Resize npu storages (resize_) with a Python callable (storage, nbytes).");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");
   m.def("counts",
         [] {
