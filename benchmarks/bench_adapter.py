@@ -423,9 +423,9 @@ def recorded_steps(step: Callable[[], torch.Tensor], n: int, output: str) -> Cal
 
 
 def measure(workload: Workload, steps: int, repeats: int) -> StepTimes:
-    """Best-of-``repeats`` ms per step over runs of ``steps`` steps, in the three modes: CPU
-    eager, npu and npu's Python path take turns (:func:`turns`); torch.profiler's
-    runs come after them, inside one profiling session."""
+    """Best-of-``repeats`` ms per step over runs of ``steps`` steps: CPU eager, npu, npu
+    recorded (:func:`recorded_steps`) and npu's Python path take turns (:func:`turns`);
+    torch.profiler's runs come after them, inside one profiling session."""
     cpu_step = workload.build("cpu")
     cpu_step()  # warm-up (also creates the optimizer state)
     npu_step = workload.build("npu")

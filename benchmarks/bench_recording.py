@@ -129,10 +129,9 @@ def main() -> None:
     runs = {mode: min((r[mode] for r in rounds), key=lambda run: run["elapsed"]) for mode in modes}
     plain, recorded = runs["plain"], runs["record"]
 
-    def cost_us(mode: str, base: str) -> float:
-        return statistics.median(
-            (r[mode]["elapsed"] - r[base]["elapsed"]) / args.ops * 1e6 for r in rounds
-        )
+    def cost_us(mode: str, base: str) -> list[float]:
+        """``mode``'s cost per op over ``base``'s in each round."""
+        return [(r[mode]["elapsed"] - r[base]["elapsed"]) / args.ops * 1e6 for r in rounds]
 
     per_million = recorded["raw_bytes"] / args.ops * 1e6
     print(f"\nlong run: {args.ops} small ops in one process, best of {args.long_rounds} rounds")
@@ -148,12 +147,12 @@ def main() -> None:
             f"| {label} | {run['elapsed']:.1f} | {run['elapsed'] / args.ops * 1e6:.1f} "
             f"| {run['rss_mb']:.0f} |"
         )
-    each = ", ".join(
-        f"{(r['record']['elapsed'] - r['plain']['elapsed']) / args.ops * 1e6:.1f}" for r in rounds
-    )
+    recording = cost_us("record", "plain")
+    each = ", ".join(f"{us:.1f}" for us in recording)
     print(
-        f"\nrecording costs {cost_us('record', 'plain'):.1f} µs per op (goal: 3; the median of "
-        f"rounds: {each}); torch.profiler costs {cost_us('profiler', 'cpu'):.1f} µs per op"
+        f"\nrecording costs {statistics.median(recording):.1f} µs per op (goal: 3; the median of "
+        f"rounds: {each}); torch.profiler costs "
+        f"{statistics.median(cost_us('profiler', 'cpu')):.1f} µs per op"
     )
     print(
         f"\nrecording overhead on the loop: {recorded['elapsed'] / plain['elapsed']:.2f}x; "

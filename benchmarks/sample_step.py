@@ -54,8 +54,6 @@ torch.set_num_threads(int(sys.argv[3]))
 build = getattr(bench_adapter, sys.argv[2])
 steps, rounds = int(sys.argv[4]), int(sys.argv[5])
 output = sys.argv[7]
-
-
 runs = {}
 for mode in sys.argv[8].split(","):
     step = build("cpu" if mode == "cpu" else "npu")

@@ -333,11 +333,7 @@ def resize_storage_bytes(storage: torch.UntypedStorage, nbytes: int) -> None:
             "resize_: the npu storage holds no values (it was not made by msprof-py)"
         )
     backing.resize_(nbytes)
-    state = runtime.state()
-    if nbytes == 0:
-        _set_memory(storage, None, 0)
-    else:
-        _hold_memory(storage, nbytes, state, "resize_")
+    _hold_memory(storage, nbytes, runtime.state(), "resize_")  # 0 bytes: no handle
     _STATE.set_storage_backing(storage, backing)  # host views made for the old bytes go
 
 
