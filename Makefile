@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 #: sources change; where one cannot build, its Python counterpart runs
 NATIVE := $(VENV)/.native
 
-$(NATIVE): $(STAMP) msprof_py/adapter/native/*.cpp msprof_py/device/native/*.c
+$(NATIVE): $(STAMP) msprof_py/adapter/native/*.cpp msprof_py/device/native/*.c msprof_py/device/native/*.h
 	$(BIN)/python -m msprof_py.device.native build
 	$(BIN)/python -m msprof_py.adapter.native build
 	@touch $(NATIVE)

@@ -18,6 +18,7 @@ from msprof_py.adapter.tensors import (
     set_to_storage,
     storage_format,
 )
+from msprof_py.device import native as device_native
 from msprof_py.device.formats import storage_bytes
 
 aten = torch.ops.aten
@@ -356,6 +357,10 @@ def register() -> None:
         # an npu storage's resize_() (torch asks the compiled hooks; where they are not built
         # it raises torch's NotImplementedError)
         backend.NATIVE.install_storage_resize(resize_storage_bytes)
+        # host-op rows written through the recorder's row sink without Python calls
+        device_core = device_native.load()
+        if device_core is not None:
+            backend.NATIVE.install_row_api(device_core.row_api)
         del explicit["_to_copy"], explicit["_copy_from"]
     else:
         explicit.update(

@@ -172,8 +172,8 @@ def _attr_columns(attrs: dict[str, object] | None) -> tuple:
 
 class _RowState:
     """What the rows being written read now: the step, the host op open now (its event id
-    is the ``parent`` of what it launches), the next event id, and whether task, launch
-    and memory rows are recorded now; and the open host op's row, written at its end. The
+    is the ``parent`` of what it launches), the next event id, and whether host-op, task,
+    launch and memory rows are recorded now; and the open host op's row, written at its end. The
     compiled ``RowSink`` has the same fields and methods (the cores write their rows from
     them); this is its stand-in where it is not built or not used."""
 
@@ -183,6 +183,7 @@ class _RowState:
         "api_on",
         "memory_on",
         "next_event",
+        "ops_on",
         "parent",
         "step",
         "tasks_on",
@@ -198,6 +199,7 @@ class _RowState:
         self.tasks_on = False
         self.api_on = False
         self.memory_on = False
+        self.ops_on = False
         #: (name, start, thread, shapes, dtypes, module, sequence, module path, stack)
         self._op: tuple | None = None
 
@@ -226,7 +228,7 @@ class _RowState:
         self._writer.append("host_events", row)
 
 
-def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
+def _row_sink(writer: RawWriter, thread: Callable[[], int], clock: Callable[[], int]) -> Any:
     """A compiled ``RowSink`` the cores write rows into straight (the task and launch rows of
     kernel launches, the allocator's memory rows), or None where the compiled buffers are not
     in use."""
@@ -237,7 +239,7 @@ def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
     buffers = rows("tasks"), rows("host_events"), rows("memory")
     if not all(isinstance(b, core.RowBuffer) for b in buffers):
         return None
-    return core.RowSink(
+    sink = core.RowSink(
         *buffers,
         _TASK_TYPE_TEXT,
         _ACTION_TEXT,
@@ -248,6 +250,10 @@ def _row_sink(writer: RawWriter, thread: Callable[[], int]) -> Any:
         writer.chunk_rows,
         CLOCK_EVERY,
     )
+    # the host clock the adapter's compiled per-op path has the sink read when it opens and
+    # closes a host op (an engine's HostClock is read there without a call)
+    sink.clock = clock
+    return sink
 
 
 def thread_name() -> str:
@@ -309,7 +315,7 @@ class Recorder:
         self.record_api = record_api
         #: the compiled sink the engine core writes launch rows into while this recorder is
         #: the bus's only subscriber (:class:`~msprof_py.device.records.RecordBus`), or None
-        self.direct_sink = _row_sink(writer, self._thread)
+        self.direct_sink = _row_sink(writer, self._thread, clock)
         self._live: Any = self.direct_sink if self.direct_sink is not None else _RowState(writer)
         self._step_start = 0
         self._explicit_steps = False
@@ -358,6 +364,7 @@ class Recorder:
     @recording.setter
     def recording(self, value: bool) -> None:
         self._recording = value
+        self._live.ops_on = value
         self._live.tasks_on = value and self.record_tasks
         self._live.api_on = value and self.record_api
         self._live.memory_on = value and self.record_memory

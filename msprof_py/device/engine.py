@@ -87,9 +87,10 @@ class _EngineMethods:
     """Everything the engine does beyond its scheduling core (streams, events, copies,
     collectives, graphs, records); :class:`Engine` puts it on a core."""
 
-    #: the stream and pool types of the core
+    #: the stream and pool types of the core, and its host clock's (None: ``getattr``)
     stream_type: type
     pool_type: type
+    clock_type: type | None
 
     def __init__(self, spec: DeviceSpec, bus: RecordBus | None = None) -> None:
         self.spec = spec
@@ -185,8 +186,11 @@ class _EngineMethods:
     # ---- host clock -----------------------------------------------------------------------
 
     def host_clock(self) -> Callable[[], int]:
-        """A callable that reads :attr:`host_ns` now: ``getattr`` bound to this engine, so the
-        compiled cores and the recorder call it per record without a Python frame."""
+        """A callable that reads :attr:`host_ns` now, called per record without a Python
+        frame: on the compiled core its ``HostClock`` (compiled code reads the time through it
+        without a call), else ``getattr`` bound to this engine."""
+        if self.clock_type is not None:
+            return self.clock_type(self)
         return functools.partial(getattr, self, "host_ns")
 
     def advance_host(self, ns: int, name: str = "") -> None:
@@ -658,7 +662,12 @@ def _compiled_core() -> type | None:
     module = native.load()
     if module is None:
         return None
-    attrs = {"stream_type": module.Stream, "pool_type": module.Pool, "__slots__": ()}
+    attrs = {
+        "stream_type": module.Stream,
+        "pool_type": module.Pool,
+        "clock_type": module.HostClock,
+        "__slots__": (),
+    }
     return type("CompiledCore", (module.EngineCore,), attrs)
 
 

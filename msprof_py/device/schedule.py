@@ -52,6 +52,8 @@ class PythonCore:
     #: the stream and pool types this core schedules
     stream_type: type = PythonStream
     pool_type: type = ResourcePool
+    #: no host clock type of its own (Engine.host_clock binds ``getattr``)
+    clock_type: type | None = None
 
     host_ns: int
     tasks_submitted: int

@@ -7,6 +7,7 @@ results and the tasks and memory events the device recorded."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -1104,3 +1105,58 @@ def test_a_tensors_host_view_is_kept_while_it_still_matches_the_tensor() -> None
     assert made == 1 and torch.equal(pointed.cpu(), base)
     x.add_(1)  # written through its kept view: target reads the same bytes
     assert torch.equal(target.cpu(), base + 1) and torch.equal(x.cpu(), base + 1)
+
+
+def _counted_call(calls: list[int], fn: Callable[[], int]) -> int:
+    calls.append(1)
+    return fn()
+
+
+@needs_native
+def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_its_methods(
+    tmp_path: Path,
+) -> None:
+    """The compiled path writes a recorded op's host row through the row sink's C calls
+    (``row_api``: the sink reads its recorder's host clock and thread itself; an engine's
+    ``HostClock`` without a call, another clock by calling it) when the sink has the clock,
+    else through the sink's Python methods: the same ``host_events`` every way (times counted
+    from each recording's first op, autograd sequence numbers from its first)."""
+    import msprof_py
+
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU()).to("npu")
+    x = _x()
+
+    def program() -> None:
+        for _ in range(3):
+            (model(x) * 2).add_(1).sum().backward()
+        torch.npu.synchronize()
+
+    program()  # learned: the recorded runs launch alike
+    rows = {}
+    for way in ("host clock", "a Python clock", "methods"):
+        counted = backend.NATIVE.counts()  # type: ignore[union-attr]
+        reads: list[int] = []
+        with msprof_py.record(tmp_path / way) as rec:
+            sink = rec.session.recorder.direct_sink
+            assert sink is not None and type(sink.clock).__name__ == "HostClock"
+            if way == "a Python clock":
+                sink.clock = functools.partial(_counted_call, reads, sink.clock)
+            elif way == "methods":
+                del sink.clock  # the sink's C calls need it: its methods write the rows
+            program()
+        recorded = backend.NATIVE.counts()[3] - counted[3]  # type: ignore[union-attr]
+        assert recorded >= 15
+        # the C calls read the sink's clock twice per op the compiled path recorded
+        assert len(reads) == (2 * recorded if way == "a Python clock" else 0)
+        events = rec.load().host_events
+        ops = events[events["kind"].astype(str) == "op"]
+        origin = int(ops["start_ns"].min())
+        first = int(ops.loc[ops["sequence"] >= 0, "sequence"].min())
+        rows[way] = [
+            (r.event_id, r.name, r.start_ns - origin, r.end_ns - origin, r.thread, r.step,
+             r.input_shapes, r.input_dtypes, r.module, r.sequence - first if r.sequence >= 0
+             else -1, r.module_path, r.stack)
+            for r in ops.itertuples()
+        ]  # fmt: skip
+    assert rows["host clock"] == rows["a Python clock"] == rows["methods"]
+    assert any(row[8] == "Sequential/Linear" and row[10] == "0" for row in rows["methods"])

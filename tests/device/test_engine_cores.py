@@ -141,6 +141,27 @@ def test_a_dead_stream_is_refused_by_both_cores() -> None:
             other.launch_kernel(stream, kernel(10), "k", "K")
 
 
+@needs_compiled
+def test_both_cores_host_clocks_read_the_host_time_now() -> None:
+    """``host_clock()`` reads the engine's host time when called, on either core: the compiled
+    core's is its ``HostClock`` (which compiled code reads without a call), which takes no
+    arguments."""
+    clocks = {}
+    for engine_type in (PythonEngine, Engine):
+        engine = engine_type(DeviceSpec.load())
+        clock = engine.host_clock()
+        clocks[engine_type] = clock
+        before = clock()
+        engine.advance_host(1_234)
+        assert (before, clock()) == (engine.host_ns - 1_234, engine.host_ns)
+    assert type(clocks[Engine]) is COMPILED.HostClock
+    assert type(clocks[PythonEngine]) is not COMPILED.HostClock
+    with pytest.raises(TypeError, match="takes no arguments"):
+        clocks[Engine](1)
+    with pytest.raises(TypeError):
+        COMPILED.HostClock(object())  # only an engine core has a host clock
+
+
 def test_without_a_usable_build_the_python_cores_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,13 +21,13 @@ from types import ModuleType
 
 import torch
 
-from msprof_py.device.native import LazyBuild, build_dir, import_build
+from msprof_py.device.native import ROW_API_HEADER, LazyBuild, build_dir, import_build
 
 #: the per-op path, and the device guard and hooks it registers in place of torch's Python ones
 SOURCES = [Path(__file__).with_name(name) for name in ("hot_path.cpp", "device_guard.cpp")]
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 22
+ABI_VERSION = 23
 _RECORD = "build.json"
 
 
@@ -40,7 +40,7 @@ def source_digest() -> str:
     """What a build must match: the source, its compile flags, torch's version and the Python
     ABI."""
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, ROW_API_HEADER):
         digest.update(source.read_bytes())
     digest.update(" ".join(COMPILE_FLAGS).encode())
     digest.update(torch.__version__.encode())
@@ -61,6 +61,8 @@ def build(folder: Path | None = None, verbose: bool = False) -> Path:
         MODULE_NAME,
         [str(source) for source in SOURCES],
         extra_cflags=COMPILE_FLAGS,
+        # the recorder's row sink calls (device/native/row_api.h)
+        extra_include_paths=[str(ROW_API_HEADER.parent)],
         build_directory=str(folder),
         verbose=verbose,
     )

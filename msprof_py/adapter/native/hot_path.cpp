@@ -53,6 +53,8 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/SmallVector.h>
 
+#include "row_api.h"  // the recorder's row sink, called without Python (device/native)
+
 #include <algorithm>
 #include <array>
 #include <deque>
@@ -75,7 +77,7 @@ using Bytes = c10::SmallVector<char, 64>;
 using Storages = c10::SmallVector<std::pair<c10::StorageImpl*, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 22;
+constexpr int kAbiVersion = 23;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1536,16 +1538,33 @@ py::object thread_value(const py::object& recorder) {
   return value;
 }
 
+//: the row sink's C calls (msprof_device_core's row_api capsule), or null: its Python methods
+const MsprofRowApi* row_api = nullptr;
+
+// Take the row sink's C calls from ``capsule`` (msprof_device_core.row_api).
+void install_row_api(const py::capsule& capsule) {
+  auto* api = static_cast<const MsprofRowApi*>(
+      PyCapsule_GetPointer(capsule.ptr(), MSPROF_ROW_API_NAME));
+  if (api == nullptr) throw py::error_already_set();
+  if (api->version != MSPROF_ROW_API_VERSION) {
+    throw std::runtime_error("the device core's row calls are version " +
+                             std::to_string(api->version) + ", this path expects " +
+                             std::to_string(MSPROF_ROW_API_VERSION));
+  }
+  row_api = api;
+}
+
 // What a recorder gives every host op, read once per recorder (a Recorder sets them when it is
 // made and never replaces them): its row sink (None: rows go through Python), its clock and
-// its module stack, and whether a direct call can stand for it (the row sink is the live row
-// state and no stacks are recorded).
+// its module stack, whether a direct call can stand for it (the row sink is the live row
+// state and no stacks are recorded), and whether the sink's C calls can write its rows.
 struct RecorderObjects {
   py::object recorder;
   py::object sink;
   py::object clock;
   py::object modules;
   bool direct = false;
+  bool compiled_sink = false;
 };
 RecorderObjects recorder_objects;
 
@@ -1564,6 +1583,7 @@ const RecorderObjects& objects_of_recorder(const py::object& recorder) {
   if (found.direct) {
     found.clock = get(recorder, s_clock);
     found.modules = get(recorder, s_modules);
+    found.compiled_sink = row_api != nullptr && row_api->usable(found.sink.ptr()) != 0;
   }
   found.recorder = recorder;
   recorder_objects = std::move(found);
@@ -1589,6 +1609,7 @@ class HostOp {
     sink_ = objects.sink;
     clock_ = objects.clock;
     modules_ = objects.modules;
+    compiled_sink_ = objects.compiled_sink;
     return true;
   }
 
@@ -1612,7 +1633,9 @@ class HostOp {
   void open_texts(const py::object& state, const py::object& observer, const py::object& name,
                   Texts texts) {
     if (nested_) return;
-    if (!truthy(get(observer, s_recording))) {
+    if (compiled_sink_) {
+      open_compiled(name, texts);
+    } else if (!truthy(get(observer, s_recording))) {
       call_method(sink_, s_op_close, {});
     } else {
       const auto& [shapes, dtypes] = texts();
@@ -1630,6 +1653,23 @@ class HostOp {
     state_ = state;
   }
 
+  // Open host op ``name`` through the sink's C calls (its clock and thread read there).
+  template <typename Texts>
+  void open_compiled(const py::object& name, Texts texts) {
+    PyObject* sink = sink_.ptr();
+    if (!row_api->ops_on(sink)) {
+      row_api->op_close(sink);
+      return;
+    }
+    const auto& [shapes, dtypes] = texts();
+    const py::object class_path = get(modules_, s_class_path);
+    const py::object instance_path = get(modules_, s_instance_path);
+    if (row_api->op_begin(sink, name.ptr(), shapes.ptr(), dtypes.ptr(), class_path.ptr(),
+                          sequence_number(), instance_path.ptr()) != 0) {
+      throw py::error_already_set();
+    }
+  }
+
  public:
   // The op returned (or raised): the adapter state's depth back, the host op's row.
   void close() {
@@ -1637,11 +1677,16 @@ class HostOp {
     const py::object state = std::move(state_);
     const py::int_ outside(0);
     if (PyObject_SetAttr(state.ptr(), s_depth, outside.ptr()) != 0) throw py::error_already_set();
-    call_method(sink_, s_op_end, {call(clock_, {}).ptr()});
+    if (compiled_sink_) {
+      if (row_api->op_end(sink_.ptr()) != 0) throw py::error_already_set();
+    } else {
+      call_method(sink_, s_op_end, {call(clock_, {}).ptr()});
+    }
   }
 
  private:
   bool nested_ = false;
+  bool compiled_sink_ = false;
   py::object state_;
   py::object sink_;
   py::object clock_;
@@ -2446,6 +2491,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Register the npu kernels of _to_copy and _copy_from (once).");
   m.def("learn_cast", &learn_cast, "Teach the compiled cast the launch of an npu cast.");
   m.def("learn_copy", &learn_copy, "Teach the compiled copy the launch of an npu copy.");
+  m.def("install_row_api", &install_row_api,
+        "Write host-op rows through the row sink's C calls (msprof_device_core.row_api).");
   m.def("install_storage_resize", &install_storage_resize,
         "Resize npu storages (resize_) with a Python callable (storage, nbytes).");
   m.def("set_direct", &set_direct, "Let the boxed kernel run plain ops itself, or not.");

@@ -36,9 +36,11 @@ from types import ModuleType
 SOURCES = tuple(
     Path(__file__).with_name(name) for name in ("engine_core.c", "allocator_core.c", "rows_core.c")
 )
+#: the row sink's C calls for other compiled code (the adapter's per-op path includes it too)
+ROW_API_HEADER = Path(__file__).with_name("row_api.h")
 MODULE_NAME = "msprof_device_core"
 #: the contract version this Python side expects (``ABI_VERSION`` in the source)
-ABI_VERSION = 3
+ABI_VERSION = 4
 _RECORD = "device-core.json"
 
 
@@ -51,7 +53,7 @@ def build_dir() -> Path:
 def source_digest() -> str:
     """What a build must match: the source and the Python ABI."""
     digest = hashlib.sha256()
-    for source in SOURCES:
+    for source in (*SOURCES, ROW_API_HEADER):
         digest.update(source.read_bytes())
     digest.update(str(sysconfig.get_config_var("EXT_SUFFIX")).encode())
     digest.update(sys.version.encode())

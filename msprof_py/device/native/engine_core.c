@@ -20,7 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 #define PRUNE_EVERY 256
 
 /* ---- a growable ring of int64 (the Python core's deque) --------------------------------- */
@@ -859,6 +859,95 @@ static PyTypeObject CoreType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- HostClock ----------------------------------------------------------------------------- */
+
+/* The engine's host clock as a callable (Engine.host_clock): calling it gives host_ns now.
+   The recorder and the caching allocator call it per record; compiled code reads the core's
+   host_ns through it without a call (read_host_clock). */
+typedef struct {
+    PyObject_HEAD
+    CoreObject *core;
+    vectorcallfunc vectorcall;
+} HostClockObject;
+
+static PyTypeObject HostClockType;
+
+static PyObject *HostClock_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames) {
+    (void)args;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a host clock takes no arguments");
+        return NULL;
+    }
+    const CoreObject *core = ((HostClockObject *)self)->core;
+    if (core == NULL) {
+        PyErr_SetString(PyExc_ValueError, "HostClock: its engine is gone");
+        return NULL;
+    }
+    return PyLong_FromLongLong(core->host_ns);
+}
+
+static PyObject *HostClock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"core", NULL};
+    PyObject *core;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!:HostClock", names, &CoreType, &core))
+        return NULL;
+    HostClockObject *self = (HostClockObject *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->core = (CoreObject *)Py_NewRef(core);
+        self->vectorcall = HostClock_vectorcall;
+    }
+    return (PyObject *)self;
+}
+
+static int HostClock_traverse(HostClockObject *self, visitproc visit, void *arg) {
+    Py_VISIT(self->core);
+    return 0;
+}
+
+static int HostClock_clear(HostClockObject *self) {
+    Py_CLEAR(self->core);
+    return 0;
+}
+
+static void HostClock_dealloc(HostClockObject *self) {
+    PyObject_GC_UnTrack(self);
+    HostClock_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject HostClockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprof_device_core.HostClock",
+    .tp_basicsize = sizeof(HostClockObject),
+    .tp_dealloc = (destructor)HostClock_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "HostClock(core): a callable giving the core's host_ns now.",
+    .tp_traverse = (traverseproc)HostClock_traverse,
+    .tp_clear = (inquiry)HostClock_clear,
+    .tp_vectorcall_offset = offsetof(HostClockObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = HostClock_new,
+};
+
+/* The time `clock` gives now: a HostClock's core's host_ns read directly, any other callable
+   called (an int). 0, or -1 with an error set. */
+int read_host_clock(PyObject *clock, long long *out) {
+    if (Py_IS_TYPE(clock, &HostClockType)) {
+        HostClockObject *host = (HostClockObject *)clock;
+        if (host->core == NULL) {
+            PyErr_SetString(PyExc_ValueError, "HostClock: its engine is gone");
+            return -1;
+        }
+        *out = host->core->host_ns;
+        return 0;
+    }
+    PyObject *now = PyObject_CallNoArgs(clock);
+    if (now == NULL) return -1;
+    *out = PyLong_AsLongLong(now);
+    Py_DECREF(now);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* ---- the module ---------------------------------------------------------------------------- */
 
 static PyObject *abi_version(PyObject *m, PyObject *unused) {
@@ -903,13 +992,14 @@ PyMODINIT_FUNC PyInit_msprof_device_core(void) {
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&StreamType) < 0 ||
-        PyType_Ready(&CoreType) < 0)
+        PyType_Ready(&CoreType) < 0 || PyType_Ready(&HostClockType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) return NULL;
     if (PyModule_AddObjectRef(m, "Pool", (PyObject *)&PoolType) < 0 ||
         PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0 ||
         PyModule_AddObjectRef(m, "EngineCore", (PyObject *)&CoreType) < 0 ||
+        PyModule_AddObjectRef(m, "HostClock", (PyObject *)&HostClockType) < 0 ||
         add_allocator_types(m) < 0 || add_row_types(m) < 0) {
         Py_DECREF(m);
         return NULL;

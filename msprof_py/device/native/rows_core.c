@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "row_api.h"
+
 /* the string objects a column remembers the codes of (a power of two) */
 #define RECENT_CODES 16
 
@@ -482,6 +484,8 @@ static PyTypeObject RowBufferType = {
 #define MEMORY_KINDS "qsqqqqqisi"
 #define MEMORY_COLUMNS 10
 #define TEXT_CACHE_LIMIT 4096
+/* a host op's text fields: name, shapes, dtypes, module, module path, stack */
+#define OP_TEXTS 6
 /* Front caches: direct-mapped slots, indexed by a key object's address, checked before the
    dict caches (a hit costs a pointer compare, no int object and no dict lookup). */
 #define FRONT_SLOTS 64
@@ -516,9 +520,14 @@ typedef struct {
     PyObject *attrs;       /* dict: id(attrs) -> (attrs, seven columns) */
     PyObject *type_members, *type_texts; /* task type members and their column texts */
     PyObject *action_members, *action_texts; /* memory actions and their column texts */
-    /* the host op open now (op_begin .. op_end): its event id is `parent`; `op` holds
-       (name, start, thread, shapes, dtypes, module, sequence, module path, stack), or NULL */
-    PyObject *op;
+    /* the host op open now (op_begin .. op_end, `op_open`): its event id is `parent`, its
+       texts (name, shapes, dtypes, module, module path, stack: held until the next op
+       replaces them) and its start, thread and sequence */
+    PyObject *op_texts[OP_TEXTS];
+    long long op_start, op_thread, op_sequence;
+    int op_open;
+    int ops_on;       /* host-op rows are recorded now */
+    PyObject *clock;  /* the recorder's host clock (NULL: not given; the C calls need it) */
     FrontSlot text_front[FRONT_SLOTS], attr_front[FRONT_SLOTS];
     CostSlot costs[FRONT_SLOTS];
     unsigned long last_ident; /* the thread ident of the last `thread` lookup and its value */
@@ -554,7 +563,8 @@ static int RowSink_traverse(RowSinkObject *self, visitproc visit, void *arg) {
     Py_VISIT(self->type_texts);
     Py_VISIT(self->action_members);
     Py_VISIT(self->action_texts);
-    Py_VISIT(self->op);
+    for (int i = 0; i < OP_TEXTS; i++) Py_VISIT(self->op_texts[i]);
+    Py_VISIT(self->clock);
     for (int i = 0; i < FRONT_SLOTS; i++) {
         Py_VISIT(self->text_front[i].key);
         Py_VISIT(self->text_front[i].entry);
@@ -580,7 +590,9 @@ static int RowSink_clear(RowSinkObject *self) {
     Py_CLEAR(self->type_texts);
     Py_CLEAR(self->action_members);
     Py_CLEAR(self->action_texts);
-    Py_CLEAR(self->op);
+    for (int i = 0; i < OP_TEXTS; i++) Py_CLEAR(self->op_texts[i]);
+    self->op_open = 0;
+    Py_CLEAR(self->clock);
     for (int i = 0; i < FRONT_SLOTS; i++) {
         Py_CLEAR(self->text_front[i].key);
         Py_CLEAR(self->text_front[i].entry);
@@ -946,6 +958,55 @@ int sink_memory(PyObject *sink, long long time_ns, PyObject *action, long long a
 
 #define OP_FIELDS 9
 
+/* the host_events columns of a host op's texts (name, shapes, dtypes, module, module path,
+   stack) */
+static const Py_ssize_t op_text_column[OP_TEXTS] = {2, 10, 11, 12, 14, 15};
+
+/* A host op opens with these fields: it takes the next event id and is the parent of what it
+   launches until its end. */
+static void op_open(RowSinkObject *self, PyObject *const texts[OP_TEXTS], long long start,
+                    long long thread, long long sequence) {
+    for (int i = 0; i < OP_TEXTS; i++) Py_XSETREF(self->op_texts[i], Py_NewRef(texts[i]));
+    self->op_start = start;
+    self->op_thread = thread;
+    self->op_sequence = sequence;
+    self->op_open = 1;
+    self->parent = self->next_event++;
+}
+
+/* No host op is open. */
+static void op_close(RowSinkObject *self) {
+    self->op_open = 0;
+    self->parent = -1;
+}
+
+/* The open host op returned at host time `end`: its host_events row (none when no op is
+   open). */
+static int op_end(RowSinkObject *self, long long end) {
+    if (!self->op_open) return 0;
+    const long long event_id = self->parent;
+    op_close(self);
+    if (self->failed) return 0;
+    RowBufferObject *b = self->host_events;
+    Value v[HOST_COLUMNS];
+    v[0].q = event_id;
+    v[3].q = self->op_start;
+    v[4].q = end;
+    v[5].q = self->op_thread;
+    v[6].q = -1;
+    v[7].q = -1;
+    v[8].q = -1;
+    v[9].q = self->step;
+    v[13].q = self->op_sequence;
+    if (put_text(b, v, 1, s_op) < 0) return -1;
+    for (Py_ssize_t i = 0; i < OP_TEXTS; i++) {
+        const Py_ssize_t c = op_text_column[i];
+        if (convert(&b->cols[c], self->op_texts[i], &v[c]) < 0) return -1;
+    }
+    if (write_row(b, v, NULL) < 0) return -1;
+    return sink_after_row(self, b, s_host_events);
+}
+
 /* op_begin(name, start, thread, shapes, dtypes, module, sequence, module_path, stack): a host
    op opens (Recorder.op_begin computed the fields); it takes the next event id and is the
    parent of what it launches until op_end. */
@@ -955,55 +1016,71 @@ static PyObject *RowSink_op_begin(RowSinkObject *self, PyObject *const *args, Py
                                          "sequence, module_path, stack)");
         return NULL;
     }
-    PyObject *op = PyTuple_New(OP_FIELDS);
-    if (op == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < OP_FIELDS; i++) PyTuple_SET_ITEM(op, i, Py_NewRef(args[i]));
-    Py_XSETREF(self->op, op);
-    self->parent = self->next_event++;
+    const long long start = PyLong_AsLongLong(args[1]);
+    const long long thread = PyLong_AsLongLong(args[2]);
+    const long long sequence = PyLong_AsLongLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *const texts[OP_TEXTS] = {args[0], args[3], args[4], args[5], args[7], args[8]};
+    op_open(self, texts, start, thread, sequence);
     Py_RETURN_NONE;
 }
 
 /* op_close(): no host op is open (the step is not recorded). */
 static PyObject *RowSink_op_close(RowSinkObject *self, PyObject *unused) {
     (void)unused;
-    Py_CLEAR(self->op);
-    self->parent = -1;
+    op_close(self);
     Py_RETURN_NONE;
 }
 
 /* op_end(end): the open host op returned at host time `end`: its host_events row. */
 static PyObject *RowSink_op_end(RowSinkObject *self, PyObject *end_obj) {
-    PyObject *op = self->op;
-    if (op == NULL) Py_RETURN_NONE;
-    const long long event_id = self->parent;
-    self->op = NULL; /* owned here until the row is written */
-    self->parent = -1;
-    PyObject *result = NULL;
-    long long end = PyLong_AsLongLong(end_obj);
-    if (end == -1 && PyErr_Occurred()) goto done;
-    if (self->failed) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    RowBufferObject *b = self->host_events;
-    Value v[HOST_COLUMNS];
-    v[0].q = event_id;
-    v[4].q = end;
-    v[6].q = -1;
-    v[7].q = -1;
-    v[8].q = -1;
-    v[9].q = self->step;
-    /* name, start, thread, shapes, dtypes, module, sequence, module path, stack */
-    static const Py_ssize_t column[OP_FIELDS] = {2, 3, 5, 10, 11, 12, 13, 14, 15};
-    if (put_text(b, v, 1, s_op) < 0) goto done;
-    for (Py_ssize_t i = 0; i < OP_FIELDS; i++)
-        if (convert(&b->cols[column[i]], PyTuple_GET_ITEM(op, i), &v[column[i]]) < 0) goto done;
-    if (write_row(b, v, NULL) < 0 || sink_after_row(self, b, s_host_events) < 0) goto done;
-    result = Py_NewRef(Py_None);
-done:
-    Py_DECREF(op);
-    return result;
+    const long long end = PyLong_AsLongLong(end_obj);
+    if ((end == -1 && PyErr_Occurred()) || op_end(self, end) < 0) return NULL;
+    Py_RETURN_NONE;
 }
+
+/* ---- the C calls of row_api.h (the adapter's compiled per-op path) --------------------- */
+
+int read_host_clock(PyObject *clock, long long *out); /* engine_core.c */
+
+static int api_usable(PyObject *obj) {
+    return Py_IS_TYPE(obj, &RowSinkType) && ((RowSinkObject *)obj)->clock != NULL;
+}
+
+static int api_ops_on(PyObject *sink) { return ((RowSinkObject *)sink)->ops_on; }
+
+/* The time the sink's host clock gives now (0), or -1 with an error set. */
+static int sink_now(RowSinkObject *self, long long *out) {
+    if (self->clock == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "RowSink: no host clock (its clock was deleted)");
+        return -1;
+    }
+    return read_host_clock(self->clock, out);
+}
+
+static int api_op_begin(PyObject *sink, PyObject *name, PyObject *shapes, PyObject *dtypes,
+                        PyObject *module, long long sequence, PyObject *module_path) {
+    RowSinkObject *self = (RowSinkObject *)sink;
+    long long start, thread;
+    if (sink_now(self, &start) < 0 || sink_thread(self, &thread) < 0) return -1;
+    PyObject *const texts[OP_TEXTS] = {name, shapes, dtypes, module, module_path, s_empty};
+    op_open(self, texts, start, thread, sequence);
+    return 0;
+}
+
+static int api_op_end(PyObject *sink) {
+    RowSinkObject *self = (RowSinkObject *)sink;
+    if (!self->op_open) return 0;
+    long long end;
+    if (sink_now(self, &end) < 0) return -1;
+    return op_end(self, end);
+}
+
+static void api_op_close(PyObject *sink) { op_close((RowSinkObject *)sink); }
+
+static const MsprofRowApi row_api = {
+    MSPROF_ROW_API_VERSION, api_usable, api_ops_on, api_op_begin, api_op_end, api_op_close,
+};
 
 static PyMethodDef RowSink_methods[] = {
     {"op_begin", (PyCFunction)(void (*)(void))RowSink_op_begin, METH_FASTCALL,
@@ -1040,6 +1117,9 @@ static PyMemberDef RowSink_members[] = {
      "allocator rows are recorded now"},
     {"failed", T_BOOL, offsetof(RowSinkObject, failed), 0,
      "the writer stopped recording: nothing more is written"},
+    {"ops_on", T_BOOL, offsetof(RowSinkObject, ops_on), 0, "host-op rows are recorded now"},
+    {"clock", T_OBJECT_EX, offsetof(RowSinkObject, clock), 0,
+     "the recorder's host clock (the compiled per-op path's host ops read it)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -1077,5 +1157,10 @@ int add_row_types(PyObject *m) {
         PyType_Ready(&ChunkMemoryType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "RowBuffer", (PyObject *)&RowBufferType) < 0) return -1;
+    PyObject *api = PyCapsule_New((void *)&row_api, MSPROF_ROW_API_NAME, NULL);
+    if (api == NULL) return -1;
+    const int added = PyModule_AddObjectRef(m, "row_api", api);
+    Py_DECREF(api);
+    if (added < 0) return -1;
     return PyModule_AddObjectRef(m, "RowSink", (PyObject *)&RowSinkType);
 }
