@@ -31,6 +31,13 @@ same code gives the same count every time:
                              # (numerics "fast"), against CPU float32
         [--caches]           # also first-level data and second-level misses per op or step,
                              # in cachegrind's model of this machine's caches
+        [--region --steps N] # a step workload's N steps only, in one process per mode:
+                             # callgrind collects just while they run (switched on and off
+                             # around them by a client request), so nothing done once per
+                             # run (imports, the recording's first chunk) counts
+
+``--region`` needs valgrind's ``callgrind.h`` (Debian's valgrind package has it) and a C
+compiler: a four-line helper is built into a temporary folder for the runs.
 
 Needs ``valgrind`` (Debian's package); each process takes one to three minutes under it, and
 two run at once.
@@ -49,9 +56,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LOOP = """
-import os, sys, tempfile
+import ctypes, os, sys, tempfile
 import torch
 mode, n = sys.argv[1], int(sys.argv[2])
+# --region: callgrind collects only between the two calls (the counted steps)
+_helper = os.environ.get("MSPROF_COUNT_REGION")
+toggle = ctypes.CDLL(_helper).msprof_count_toggle if _helper else (lambda: None)
 device = "cpu" if mode == "cpu" else "npu"  # cpu: the same workload on CPU eager
 if mode == "cpu":
     pass
@@ -82,6 +92,8 @@ if sys.argv[3] in ("resnet", "amp"):  # the ResNet sample's training step: convo
     amp = sys.argv[3] == "amp" and device == "npu"
     scaler = torch.amp.GradScaler(device, enabled=amp)
     for i in range(3 + n):  # three warm-up steps in both runs
+        if i == 3:
+            toggle()
         with torch.autocast(device, dtype=torch.float16, enabled=amp):
             loss = torch.nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()
@@ -89,6 +101,7 @@ if sys.argv[3] in ("resnet", "amp"):  # the ResNet sample's training step: convo
         scaler.step(optimizer)
         scaler.update()
         msprof_py.step()
+    toggle()
     os._exit(0)
 if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimizer
     model = torch.nn.Sequential(
@@ -97,11 +110,14 @@ if sys.argv[3] == "step":  # a small MLP's training step: autograd, the optimize
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batch = torch.randn(16, 32).to(device)
     for i in range(5 + n):  # five warm-up steps in both runs
+        if i == 5:
+            toggle()
         loss = model(batch).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         msprof_py.step()
+    toggle()
     os._exit(0)
 x = torch.randn(64, device=device)
 for warm_up in range(2):  # what the first ops and steps import or build, in both runs
@@ -116,6 +132,11 @@ os._exit(0)
 """
 
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+_COLLECTED = re.compile(r"Collected\s*:\s*([\d,]+)")
+#: the --region helper: callgrind's client request switching collection on or off
+REGION_HELPER = """#include <valgrind/callgrind.h>
+void msprof_count_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+"""
 _MISSES = {"D1": re.compile(r"D1\s+misses:\s+([\d,]+)"), "LL": re.compile(r"LL misses:\s+([\d,]+)")}
 _IMPORTED = re.compile(r"msprof_py: (\S+)/msprof_py/__init__.py; engine core: (.*)")
 #: this checkout (what runs without ``--pythonpath``)
@@ -152,23 +173,35 @@ def count(
     hash_seed: int = 0,
     workload: str = "ops",
     caches: bool = False,
+    region: Path | None = None,
 ) -> dict[str, int]:
     """Instructions (``"I"``) of one process running ``ops`` small ops (or training steps,
     workload ``step``) in ``mode``; with ``caches``, also its first-level data misses and
-    last-level misses (``"D1"``, ``"LL"``) in cachegrind's model of this machine's caches."""
+    last-level misses (``"D1"``, ``"LL"``) in cachegrind's model of this machine's caches;
+    with ``region`` (the built :data:`REGION_HELPER`), only those of the counted steps
+    (callgrind)."""
     env = dict(os.environ)
     env["PYTHONHASHSEED"] = str(hash_seed)  # the same dict and set layouts in every run
     # no BLAS or OpenMP worker threads: their spin-waits count instructions by timing
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     checkout = Path(pythonpath or ROOT).resolve()
     env["PYTHONPATH"] = str(checkout)
+    if region is not None:
+        env["MSPROF_COUNT_REGION"] = str(region)
+    tool = (
+        ["--tool=callgrind", "--collect-atstart=no", "--callgrind-out-file=/dev/null"]
+        if region is not None
+        else [
+            "--tool=cachegrind", f"--cache-sim={'yes' if caches else 'no'}",
+            *(cache_geometry() if caches else []), "--cachegrind-out-file=/dev/null",
+        ]
+    )  # fmt: skip
     # run outside any checkout: ``python -c`` puts the working directory first on sys.path,
     # which would import the msprof_py found there instead of the one asked for
     out = subprocess.run(
         [
-            "valgrind", "--tool=cachegrind", f"--cache-sim={'yes' if caches else 'no'}",
-            *(cache_geometry() if caches else []), "--cachegrind-out-file=/dev/null",
-            sys.executable, "-c", LOOP, mode, str(ops), workload, str(checkout / "sample_runs"),
+            "valgrind", *tool, sys.executable,
+            "-c", LOOP, mode, str(ops), workload, str(checkout / "sample_runs"),
         ],
         capture_output=True, text=True, env=env, check=False, cwd=tempfile.gettempdir(),
     )  # fmt: skip
@@ -177,7 +210,7 @@ def count(
     imported = _IMPORTED.search(out.stderr)
     if imported is None or Path(imported.group(1)) != checkout:
         raise SystemExit(f"count_instructions: the run did not import msprof_py from {checkout}")
-    found = _REFS.search(out.stderr)
+    found = (_COLLECTED if region is not None else _REFS).search(out.stderr)
     if found is None:
         raise SystemExit(f"count_instructions: no instruction count in valgrind's output ({mode})")
     print(f"{mode}, {ops} ops: {checkout} ({imported.group(2)})", file=sys.stderr)
@@ -212,11 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         help="also count first-level data and second-level cache misses (cachegrind's cache "
         "model with this machine's geometry; several times slower)",
     )
+    parser.add_argument(
+        "--region",
+        action="store_true",
+        help="a step workload's --steps steps only, one process per mode (callgrind collects "
+        "just while they run)",
+    )
+    parser.add_argument("--steps", type=int, default=3, help="--region: the steps counted")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("count_instructions: valgrind is not installed (apt-get install valgrind)")
         return 2
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.region:
+        if args.workload == "ops" or args.caches or args.steps < 1:
+            parser.error("--region counts a step workload's --steps (>= 1) steps, no caches")
+        return region_counts(modes, args)
     if args.large <= args.small or any(m not in ("plain", "record", "cpu") for m in modes):
         parser.error("--large must exceed --small; modes are plain, record and cpu")
     jobs = [(m, n) for m in modes for n in (args.small, args.large)]
@@ -246,6 +290,48 @@ def main(argv: list[str] | None = None) -> int:
         per = {e: (large[e] - small[e]) / (args.large - args.small) for e in small}
         cells = f" {per['D1']:,.0f} | {per['LL']:,.0f} |" if args.caches else ""
         print(f"| {m} | {per['I']:,.0f} |{cells} {small['I']:,} | {large['I']:,} |")
+    return 0
+
+
+def build_region_helper(folder: Path) -> Path:
+    """Compile :data:`REGION_HELPER` into ``folder``; the library's path. Exits with the
+    compiler's first error (valgrind's ``callgrind.h`` missing, no compiler)."""
+    source, library = folder / "region.c", folder / "region.so"
+    source.write_text(REGION_HELPER, encoding="utf-8")
+    compiler = os.environ.get("CC") or "cc"
+    try:
+        done = subprocess.run(
+            [compiler, "-O1", "-shared", "-fPIC", str(source), "-o", str(library)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    except OSError as exc:
+        raise SystemExit(f"count_instructions: --region needs a C compiler ({exc})") from None
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["the compiler failed"])[0]
+        raise SystemExit(f"count_instructions: --region could not build its helper: {first}")
+    return library
+
+
+def region_counts(modes: list[str], args: argparse.Namespace) -> int:
+    """``--region``: each mode's counted steps in one process; instructions per step."""
+    with tempfile.TemporaryDirectory(prefix="count_region_") as folder:
+        helper = build_region_helper(Path(folder))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            counts = list(
+                pool.map(
+                    lambda m: count(
+                        m, args.steps, args.pythonpath, args.hash_seed, args.workload,
+                        region=helper,
+                    ),
+                    modes,
+                )
+            )  # fmt: skip
+    print(f"| mode | instructions per step ({args.steps} steps counted) | over the first mode |")
+    print("|---|---:|---:|")
+    base = counts[0]["I"] / args.steps
+    for mode, counted in zip(modes, counts, strict=True):
+        per = counted["I"] / args.steps
+        print(f"| {mode} | {per:,.0f} | {per / base:.4f} |")
     return 0
 
 
