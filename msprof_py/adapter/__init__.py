@@ -71,9 +71,9 @@ def install(
     from msprof_py.device import native as device_native
 
     backward_thread.install()
-    for compiled in (backend.NATIVE, device_native.load()):
-        if compiled is not None:
-            backward_thread.add_listener(compiled.set_backward_thread)
+    device_core = device_native.load()
+    if device_core is not None:  # the row sink's thread column (its C calls' too)
+        backward_thread.add_listener(device_core.set_backward_thread)
     from msprof_py.adapter.host_memory import keep_freed_pages
 
     keep_freed_pages()

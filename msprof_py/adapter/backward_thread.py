@@ -17,7 +17,8 @@ thread runs a backward, what it records goes under its ident + 1 (:func:`current
 thread ident is an aligned address, so ident + 1 is no other thread's), named
 ``pt_autograd_<device>``, the thread the real engine would have used, so the profile's thread
 lanes and the analyses that tell the backward by its thread read it as before. The compiled
-row sink and per-op path read the same ident (``set_backward_thread`` on each).
+row sink, which writes the compiled per-op path's host ops too, reads the same ident
+(``set_backward_thread``).
 
 One backward runs at a time per process in this accounting: a backward started on another
 thread while one runs is recorded under its own thread (its rows are not lost).

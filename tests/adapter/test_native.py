@@ -1113,14 +1113,15 @@ def _counted_call(calls: list[int], fn: Callable[[], int]) -> int:
 
 
 @needs_native
-def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_its_methods(
+def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_through_python(
     tmp_path: Path,
 ) -> None:
     """The compiled path writes a recorded op's host row through the row sink's C calls
     (``row_api``: the sink reads its recorder's host clock and thread itself; an engine's
-    ``HostClock`` without a call, another clock by calling it) when the sink has the clock,
-    else through the sink's Python methods: the same ``host_events`` every way (times counted
-    from each recording's first op, autograd sequence numbers from its first)."""
+    ``HostClock`` without a call, another clock by calling it) when the sink has the clock;
+    without it every op takes Python's path, the recorder's ``op_begin`` and the sink's
+    methods: the same ``host_events`` every way (times counted from each recording's first op,
+    autograd sequence numbers from its first)."""
     import msprof_py
 
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU()).to("npu")
@@ -1133,7 +1134,7 @@ def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_its_methods(
 
     program()  # learned: the recorded runs launch alike
     rows = {}
-    for way in ("host clock", "a Python clock", "methods"):
+    for way in ("host clock", "a Python clock", "Python's path"):
         counted = backend.NATIVE.counts()  # type: ignore[union-attr]
         reads: list[int] = []
         with msprof_py.record(tmp_path / way) as rec:
@@ -1141,11 +1142,11 @@ def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_its_methods(
             assert sink is not None and type(sink.clock).__name__ == "HostClock"
             if way == "a Python clock":
                 sink.clock = functools.partial(_counted_call, reads, sink.clock)
-            elif way == "methods":
-                del sink.clock  # the sink's C calls need it: its methods write the rows
+            elif way == "Python's path":
+                del sink.clock  # the sink's C calls need it: the compiled path records nothing
             program()
         recorded = backend.NATIVE.counts()[3] - counted[3]  # type: ignore[union-attr]
-        assert recorded >= 15
+        assert recorded == 0 if way == "Python's path" else recorded >= 15
         # the C calls read the sink's clock twice per op the compiled path recorded
         assert len(reads) == (2 * recorded if way == "a Python clock" else 0)
         events = rec.load().host_events
@@ -1158,5 +1159,5 @@ def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_its_methods(
              else -1, r.module_path, r.stack)
             for r in ops.itertuples()
         ]  # fmt: skip
-    assert rows["host clock"] == rows["a Python clock"] == rows["methods"]
-    assert any(row[8] == "Sequential/Linear" and row[10] == "0" for row in rows["methods"])
+    assert rows["host clock"] == rows["a Python clock"] == rows["Python's path"]
+    assert any(row[8] == "Sequential/Linear" and row[10] == "0" for row in rows["Python's path"])

@@ -27,7 +27,7 @@ from msprof_py.device.native import ROW_API_HEADER, LazyBuild, build_dir, import
 SOURCES = [Path(__file__).with_name(name) for name in ("hot_path.cpp", "device_guard.cpp")]
 MODULE_NAME = "msprof_hot_path"
 #: the contract version of ``run()`` this Python side expects (``kAbiVersion`` in the source)
-ABI_VERSION = 23
+ABI_VERSION = 24
 _RECORD = "build.json"
 
 

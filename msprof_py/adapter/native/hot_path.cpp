@@ -77,7 +77,7 @@ using Bytes = c10::SmallVector<char, 64>;
 using Storages = c10::SmallVector<std::pair<c10::StorageImpl*, int64_t>, 4>;
 
 //: bumped whenever run()'s contract with msprof_py/adapter/backend.py changes
-constexpr int kAbiVersion = 23;
+constexpr int kAbiVersion = 24;
 
 enum class Kind { kOther, kTensor, kOptionalTensor, kTensorList };
 
@@ -1432,16 +1432,9 @@ PyObject* s_depth = nullptr;
 PyObject* s_direct_sink = nullptr;
 PyObject* s_live = nullptr;
 PyObject* s_stacks = nullptr;
-PyObject* s_recording = nullptr;
-PyObject* s_clock = nullptr;
-PyObject* s_thread = nullptr;
 PyObject* s_modules = nullptr;
 PyObject* s_class_path = nullptr;
 PyObject* s_instance_path = nullptr;
-PyObject* s_op_begin = nullptr;
-PyObject* s_op_end = nullptr;
-PyObject* s_op_close = nullptr;
-PyObject* no_stack = nullptr;  // ""
 
 //: the "none" of the host_events id columns (msprof_py.profile.schema.NO_ID)
 constexpr int64_t kNoId = -1;
@@ -1512,33 +1505,8 @@ const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at
       .first->second;
 }
 
-//: the recorder the thread values are cached for, and its thread column value per thread
-py::object thread_recorder;
-std::unordered_map<unsigned long, py::object> thread_values;
-
-//: the ident of the thread running an npu backward now (0: none; backward_thread.py keeps
-//: it): it records under ident + 1, autograd's device thread
-unsigned long backward_ident = 0;
-
-void set_backward_thread(unsigned long ident) { backward_ident = ident; }
-
-// The recorder's ``thread`` column value for the calling thread (its _thread(), called once
-// per thread: it names the thread the first time; ident + 1 while it runs a backward).
-py::object thread_value(const py::object& recorder) {
-  if (!thread_recorder.is(recorder)) {
-    thread_values.clear();
-    thread_recorder = recorder;
-  }
-  unsigned long ident = PyThread_get_thread_ident();
-  if (ident == backward_ident) ident += 1;
-  auto found = thread_values.find(ident);
-  if (found != thread_values.end()) return found->second;
-  py::object value = call(get(recorder, s_thread), {});
-  thread_values.emplace(ident, value);
-  return value;
-}
-
-//: the row sink's C calls (msprof_device_core's row_api capsule), or null: its Python methods
+//: the row sink's C calls (msprof_device_core's row_api capsule), or null: every recorded op
+//: takes Python's path
 const MsprofRowApi* row_api = nullptr;
 
 // Take the row sink's C calls from ``capsule`` (msprof_device_core.row_api).
@@ -1555,16 +1523,14 @@ void install_row_api(const py::capsule& capsule) {
 }
 
 // What a recorder gives every host op, read once per recorder (a Recorder sets them when it is
-// made and never replaces them): its row sink (None: rows go through Python), its clock and
-// its module stack, whether a direct call can stand for it (the row sink is the live row
-// state and no stacks are recorded), and whether the sink's C calls can write its rows.
+// made and never replaces them): its row sink and its module stack, and whether a direct call
+// can stand for it (the row sink is the live row state, its C calls can write through it and
+// no stacks are recorded).
 struct RecorderObjects {
   py::object recorder;
   py::object sink;
-  py::object clock;
   py::object modules;
   bool direct = false;
-  bool compiled_sink = false;
 };
 RecorderObjects recorder_objects;
 
@@ -1577,14 +1543,10 @@ const RecorderObjects& objects_of_recorder(const py::object& recorder) {
     PyErr_Clear();  // not a recorder with a row sink: Python's path
   } else {
     found.sink = py::reinterpret_steal<py::object>(sink);
-    found.direct = !found.sink.is_none() && get(recorder, s_live).is(found.sink) &&
-                   get(recorder, s_stacks).is_none();
+    found.direct = row_api != nullptr && row_api->usable(found.sink.ptr()) != 0 &&
+                   get(recorder, s_live).is(found.sink) && get(recorder, s_stacks).is_none();
   }
-  if (found.direct) {
-    found.clock = get(recorder, s_clock);
-    found.modules = get(recorder, s_modules);
-    found.compiled_sink = row_api != nullptr && row_api->usable(found.sink.ptr()) != 0;
-  }
+  if (found.direct) found.modules = get(recorder, s_modules);
   found.recorder = recorder;
   recorder_objects = std::move(found);
   return recorder_objects;
@@ -1607,67 +1569,44 @@ class HostOp {
     const RecorderObjects& objects = objects_of_recorder(observer);
     if (!objects.direct) return false;
     sink_ = objects.sink;
-    clock_ = objects.clock;
     modules_ = objects.modules;
-    compiled_sink_ = objects.compiled_sink;
     return true;
   }
 
   // Open the host op of ``entry`` called with ``arguments`` (after can_open).
-  void open(const py::object& state, const py::object& observer, const OpEntry& entry,
-            const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments) {
-    open_texts(state, observer, entry.name,
+  void open(const py::object& state, const OpEntry& entry, const c10::FunctionSchema& schema,
+            const std::vector<c10::IValue>& arguments) {
+    open_texts(state, entry.name,
                [&]() -> const auto& { return argument_texts(schema, arguments); });
   }
 
   // Open host op ``name`` whose arguments are tensors ``shown`` (after can_open).
-  void open_tensors(const py::object& state, const py::object& observer, const py::object& name,
+  void open_tensors(const py::object& state, const py::object& name,
                     const std::vector<const at::Tensor*>& shown) {
-    open_texts(state, observer, name, [&]() -> const auto& { return tensor_texts(shown); });
+    open_texts(state, name, [&]() -> const auto& { return tensor_texts(shown); });
   }
 
  private:
   // Open host op ``name``; ``texts()`` gives its arguments' shapes and dtypes texts (asked only
   // while recording).
   template <typename Texts>
-  void open_texts(const py::object& state, const py::object& observer, const py::object& name,
-                  Texts texts) {
+  void open_texts(const py::object& state, const py::object& name, Texts texts) {
     if (nested_) return;
-    if (compiled_sink_) {
-      open_compiled(name, texts);
-    } else if (!truthy(get(observer, s_recording))) {
-      call_method(sink_, s_op_close, {});
+    PyObject* sink = sink_.ptr();
+    if (!row_api->ops_on(sink)) {
+      row_api->op_close(sink);
     } else {
       const auto& [shapes, dtypes] = texts();
-      const py::object start = call(clock_, {});
-      const py::object thread = thread_value(observer);
       const py::object class_path = get(modules_, s_class_path);
       const py::object instance_path = get(modules_, s_instance_path);
-      const py::int_ sequence(sequence_number());
-      call_method(sink_, s_op_begin,
-                  {name.ptr(), start.ptr(), thread.ptr(), shapes.ptr(), dtypes.ptr(),
-                   class_path.ptr(), sequence.ptr(), instance_path.ptr(), no_stack});
+      if (row_api->op_begin(sink, name.ptr(), shapes.ptr(), dtypes.ptr(), class_path.ptr(),
+                            sequence_number(), instance_path.ptr()) != 0) {
+        throw py::error_already_set();
+      }
     }
     const py::int_ inside(1);
     if (PyObject_SetAttr(state.ptr(), s_depth, inside.ptr()) != 0) throw py::error_already_set();
     state_ = state;
-  }
-
-  // Open host op ``name`` through the sink's C calls (its clock and thread read there).
-  template <typename Texts>
-  void open_compiled(const py::object& name, Texts texts) {
-    PyObject* sink = sink_.ptr();
-    if (!row_api->ops_on(sink)) {
-      row_api->op_close(sink);
-      return;
-    }
-    const auto& [shapes, dtypes] = texts();
-    const py::object class_path = get(modules_, s_class_path);
-    const py::object instance_path = get(modules_, s_instance_path);
-    if (row_api->op_begin(sink, name.ptr(), shapes.ptr(), dtypes.ptr(), class_path.ptr(),
-                          sequence_number(), instance_path.ptr()) != 0) {
-      throw py::error_already_set();
-    }
   }
 
  public:
@@ -1677,19 +1616,13 @@ class HostOp {
     const py::object state = std::move(state_);
     const py::int_ outside(0);
     if (PyObject_SetAttr(state.ptr(), s_depth, outside.ptr()) != 0) throw py::error_already_set();
-    if (compiled_sink_) {
-      if (row_api->op_end(sink_.ptr()) != 0) throw py::error_already_set();
-    } else {
-      call_method(sink_, s_op_end, {call(clock_, {}).ptr()});
-    }
+    if (row_api->op_end(sink_.ptr()) != 0) throw py::error_already_set();
   }
 
  private:
   bool nested_ = false;
-  bool compiled_sink_ = false;
   py::object state_;
   py::object sink_;
-  py::object clock_;
   py::object modules_;
 };
 
@@ -1700,7 +1633,7 @@ void run_view(const c10::OperatorHandle& op, const OpEntry& entry,
               const py::object& state, const py::object& observer, HostOp& host_op) {
   ++direct_runs;
   if (!observer.is_none()) {
-    host_op.open(state, observer, entry, op.schema(), arguments);
+    host_op.open(state, entry, op.schema(), arguments);
     ++recorded_runs;
   }
   try {
@@ -1751,7 +1684,7 @@ bool run_direct(const c10::OperatorHandle& op, const std::vector<c10::IValue>& a
   // opened at before it
   ++direct_runs;
   if (!observer.is_none()) {
-    host_op.open(state, observer, entry, op.schema(), arguments);
+    host_op.open(state, entry, op.schema(), arguments);
     ++recorded_runs;
   }
   try {
@@ -2003,7 +1936,7 @@ class DeviceCopy {
     ++learned_launches;
     ++direct_runs;
     if (!observer_.is_none()) {
-      host_op_.open_tensors(state, observer_, fast_->name, {&src, &dst});
+      host_op_.open_tensors(state, fast_->name, {&src, &dst});
       ++recorded_runs;
     }
     try {
@@ -2436,10 +2369,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       {&s_state, "STATE"}, {&s_observer, "observer"}, {&s_measured, "measured"},
       {&s_native, "native"}, {&s_fast, "fast"},
       {&s_depth, "_depth"}, {&s_direct_sink, "direct_sink"}, {&s_live, "_live"},
-      {&s_stacks, "stacks"}, {&s_recording, "_recording"}, {&s_clock, "_clock"},
-      {&s_thread, "_thread"}, {&s_modules, "modules"}, {&s_class_path, "class_path"},
-      {&s_instance_path, "instance_path"}, {&s_op_begin, "op_begin"}, {&s_op_end, "op_end"},
-      {&s_op_close, "op_close"}, {&no_stack, ""},
+      {&s_stacks, "stacks"}, {&s_modules, "modules"}, {&s_class_path, "class_path"},
+      {&s_instance_path, "instance_path"},
       {&s_block_size, "block_size"}, {&s_address, "address"},
       {&s_spec, "spec"}, {&s_a2_class, "a2_class"},
   };
@@ -2458,8 +2389,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     device_oom = py::object();
     kernel_direct = false;
     device_objects = DeviceObjects();
-    thread_recorder = py::object();
-    thread_values.clear();
     recorder_objects = RecorderObjects();
     python_resize = py::object();
     arg_texts.clear();
@@ -2475,8 +2404,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("drop_op", &drop_op, "Send op id to Python's path only.");
   m.def("set_host_op", &set_host_op, "Give op id the CPU op its host half calls.");
   m.def("set_widened", &set_widened, "Mark op id as computed widened under numerics fast.");
-  m.def("set_backward_thread", &set_backward_thread,
-        "The ident of the thread running a backward now (0: none): it records as ident + 1.");
   m.def("forget_launches", &forget_launches, "Forget every learned launch.");
   m.def("run", &run, "Run a plain op on host views; [result], a found tuple or None.");
   m.def("learn", &learn, "Teach the fast launch the launch of a key.");

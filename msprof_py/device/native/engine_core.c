@@ -872,6 +872,8 @@ typedef struct {
 
 static PyTypeObject HostClockType;
 
+int read_host_clock(PyObject *clock, long long *out);
+
 static PyObject *HostClock_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames) {
     (void)args;
@@ -879,12 +881,8 @@ static PyObject *HostClock_vectorcall(PyObject *self, PyObject *const *args, siz
         PyErr_SetString(PyExc_TypeError, "a host clock takes no arguments");
         return NULL;
     }
-    const CoreObject *core = ((HostClockObject *)self)->core;
-    if (core == NULL) {
-        PyErr_SetString(PyExc_ValueError, "HostClock: its engine is gone");
-        return NULL;
-    }
-    return PyLong_FromLongLong(core->host_ns);
+    long long now;
+    return read_host_clock(self, &now) < 0 ? NULL : PyLong_FromLongLong(now);
 }
 
 static PyObject *HostClock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
