@@ -1,14 +1,15 @@
 """Which ``nn.Module`` the application is running: class path and instance path.
 
-The session's global forward hooks push every module entered and pop it on return. The class
-path (``ResNet/Sequential/Bottleneck/Conv2d``) says what kind of layer an op belongs to; the
-instance path (``layer2.0.conv1``, the name ``named_modules()`` and ``state_dict()`` use) says
-which one. A module's name is its attribute name in the module that called it, looked up once
-per (parent, child) pair: a module held in a container the parent iterates without calling
-it (``for layer in self.layers``) is named as ``named_modules()`` names it (``layers.3``); a
-module called by a module that does not own it is named by its class. ``torch.compile``'s
-wrapper (``OptimizedModule``) stands for the module it compiled (its ``_orig_mod``, under the
-wrapper's name), so a graph launched by a compiled module is attributed to that module.
+The session's wrapper of ``nn.Module.__call__`` (``module_calls.py``) pushes every module
+entered and pops it on return. The class path (``ResNet/Sequential/Bottleneck/Conv2d``) says
+what kind of layer an op belongs to; the instance path (``layer2.0.conv1``, the name
+``named_modules()`` and ``state_dict()`` use) says which one. A module's name is its attribute
+name in the module that called it, looked up once per (parent, child) pair: a module held in a
+container the parent iterates without calling it (``for layer in self.layers``) is named as
+``named_modules()`` names it (``layers.3``); a module called by a module that does not own it
+is named by its class. ``torch.compile``'s wrapper (``OptimizedModule``) stands for the module
+it compiled (its ``_orig_mod``, under the wrapper's name), so a graph launched by a compiled
+module is attributed to that module.
 """
 
 from __future__ import annotations
@@ -26,61 +27,67 @@ class ModuleStack:
     """The modules being run, innermost last, with their joined paths kept current.
 
     A module pushed while it is already the innermost one (a compiled module: its wrapper's
-    hook enters it, then its own hook fires when Dynamo runs it eagerly) adds no level to the
-    paths.
+    call enters it, then its own call runs when Dynamo runs it eagerly) adds no level to the
+    paths. The joined paths of a (parent, child) pair are cached with the child's name and
+    reused while the parent's own paths are the same, so a push in a model run before costs
+    a dictionary lookup and no string building.
     """
 
-    __slots__ = ("_class_paths", "_modules", "_names", "_paths", "class_path", "instance_path")
+    __slots__ = ("_levels", "_names", "class_path", "instance_path")
 
     def __init__(self) -> None:
-        self._modules: list[Any] = []
-        #: class path and instance path of every level (joined, so pop is free)
-        self._class_paths: list[str] = []
-        self._paths: list[str] = []
-        #: (id(parent), id(child)) -> the two weakly (dropping the entry when one dies), and the
-        #: child's name
-        self._names: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+        #: (module, class path, instance path) of every level, innermost last
+        self._levels: list[tuple[Any, str, str]] = []
+        #: (id(parent), id(child)) -> [parent and child weakly (the entry goes when one dies),
+        #: the child's name, the parent's class and instance paths, the child's joined two]
+        self._names: dict[tuple[int, int], list[Any]] = {}
         #: ``Model/Block/Conv2d`` of the innermost module ("" outside any module)
         self.class_path = ""
         #: ``block.0.conv`` of the innermost module ("" for the top-level module or none)
         self.instance_path = ""
 
     def __len__(self) -> int:
-        return len(self._modules)
+        return len(self._levels)
 
     def push(self, module: Any) -> None:
         """``module``'s forward starts."""
-        parent = self._modules[-1] if self._modules else None
-        if parent is None:
+        levels = self._levels
+        if not levels:
             cls, path = type(module).__name__, ""
-        elif parent is module:
-            cls, path = self.class_path, self.instance_path
         else:
-            cls = f"{self.class_path}{CLASS_SEP}{type(module).__name__}"
-            name = self._name(parent, module)
-            above = self.instance_path
-            path = f"{above}{INSTANCE_SEP}{name}" if above else name
-        self._modules.append(module)
-        self._class_paths.append(cls)
-        self._paths.append(path)
+            parent, above_cls, above_path = levels[-1]
+            if parent is module:
+                cls, path = above_cls, above_path
+            else:
+                known = self._names.get((id(parent), id(module)))
+                if known is not None and known[3] == above_cls and known[4] == above_path:
+                    cls, path = known[5], known[6]
+                else:
+                    cls, path = self._join(parent, module, above_cls, above_path)
+        levels.append((module, cls, path))
         self.class_path, self.instance_path = cls, path
 
     def pop(self) -> None:
         """The innermost module returned (no-op on an empty stack)."""
-        if not self._modules:
+        levels = self._levels
+        if not levels:
             return
-        self._modules.pop()
-        self._class_paths.pop()
-        self._paths.pop()
-        self.class_path = self._class_paths[-1] if self._class_paths else ""
-        self.instance_path = self._paths[-1] if self._paths else ""
+        levels.pop()
+        if levels:
+            _, self.class_path, self.instance_path = levels[-1]
+        else:
+            self.class_path = self.instance_path = ""
 
-    def _name(self, parent: Any, module: Any) -> str:
+    def _join(self, parent: Any, module: Any, above_cls: str, above_path: str) -> tuple[str, str]:
+        """``module``'s class and instance paths below ``parent``'s, cached for the pair."""
         key = (id(parent), id(module))
         known = self._names.get(key)
+        name = known[2] if known is not None else child_name(parent, module)
+        cls = f"{above_cls}{CLASS_SEP}{type(module).__name__}"
+        path = f"{above_path}{INSTANCE_SEP}{name}" if above_path else name
         if known is not None:
-            return known[2]
-        name = child_name(parent, module)
+            known[3:] = [above_cls, above_path, cls, path]
+            return cls, path
         # ids are reused once a module is freed: the entry goes when either module dies, before
         # its id can be given to another (a module type without weak references is named
         # every time)
@@ -90,8 +97,9 @@ class ModuleStack:
             names.pop(key, None)
 
         with contextlib.suppress(TypeError):
-            names[key] = (weakref.ref(parent, forget), weakref.ref(module, forget), name)
-        return name
+            entry = [weakref.ref(parent, forget), weakref.ref(module, forget), name]
+            names[key] = [*entry, above_cls, above_path, cls, path]
+        return cls, path
 
 
 #: how deep :func:`child_name` looks below the calling module for the one it called

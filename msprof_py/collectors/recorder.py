@@ -320,7 +320,7 @@ class Recorder:
         self._step_start = 0
         self._explicit_steps = False
         self._last_source = ""
-        #: the modules running now (the session's module hooks keep it)
+        #: the modules running now (the session's wrapper of Module.__call__ keeps it)
         self.modules = ModuleStack()
         self.recording = warmup == 0 and (iteration is None or iteration > 0)
         #: the real wall clock (``perf_counter_ns``) when recording began: measured waits

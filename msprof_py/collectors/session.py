@@ -22,7 +22,6 @@ import socket
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from msprof_py import adapter
 from msprof_py.adapter import runtime, steps
 from msprof_py.collectors import orphans
 from msprof_py.collectors.config import PROFILE_DONE, SessionConfig
+from msprof_py.collectors.module_calls import follow_module_calls
 from msprof_py.collectors.optim_mode import optimizer_mode
 from msprof_py.collectors.recorder import Recorder
 from msprof_py.profile.schema import DATA_LOADING, FORMAT_VERSION, RAW_DIR
@@ -42,8 +42,6 @@ from msprof_py.profile.writer import RawWriter
 
 #: a second SIGINT this soon after the first is the same interrupt (see Session._on_sigint)
 SIGINT_REPEAT_S = 0.5
-#: the start of torch.compile's warning about global module hooks (matched exactly)
-COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 #: environment variables recorded in the run metadata (those that change what a run does)
 RECORDED_ENV = (
     "RANK",
@@ -375,7 +373,6 @@ class Session:
     # ---- hooks --------------------------------------------------------------------------
 
     def _install_hooks(self) -> None:
-        from torch.nn.modules import module as nn_module
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         recorder = self.recorder
@@ -393,41 +390,16 @@ class Session:
             index = optimizers.setdefault(id(optimizer), len(optimizers))
             steps.mark_step(f"optimizer#{index}")
 
-        is_compiling = torch.compiler.is_compiling
-
-        # measured host time: the hooks' own time is the profiler's, not the application's
-        measured = self.config.host_time == "measured"
-        clock = time.perf_counter_ns
-
-        def enter_module(module: Any, args: Any) -> None:
-            # Dynamo traces global hooks into the graphs it compiles: a hook that did anything
-            # there would add guards (and a recompile) to the user's graph
-            if is_compiling():
-                return
-            since = clock() if measured else 0
-            # a compiled module's wrapper stands for the module it compiled
-            recorder.modules.push(module._orig_mod if _is_compiled_wrapper(module) else module)
-            if measured and runtime.STATE is not None:
+        def discount(since: int) -> None:
+            if runtime.STATE is not None:
                 runtime.STATE.discount(since)
 
-        def leave_module(module: Any, args: Any, output: Any) -> None:
-            if not is_compiling():
-                since = clock() if measured else 0
-                recorder.modules.pop()
-                if measured and runtime.STATE is not None:
-                    runtime.STATE.discount(since)
-
-        # torch.compile(module) warns that global module hooks fire once more for the
-        # OptimizedModule wrapper: it enters the module it compiled, whose own hook (when
-        # Dynamo runs it eagerly) adds no second level, so module paths stay as in eager mode
-        warnings.filterwarnings("ignore", message=COMPILE_HOOKS_WARNING, category=UserWarning)
-
+        # measured host time: the module stack's own time is the profiler's, not the
+        # application's
+        measured = self.config.host_time == "measured"
+        self._restore.append(follow_module_calls(recorder.modules, discount if measured else None))
         self._watch_process_group()
-        self._hooks = [
-            register_optimizer_step_post_hook(optimizer_step),
-            nn_module.register_module_forward_pre_hook(enter_module),
-            nn_module.register_module_forward_hook(leave_module),
-        ]
+        self._hooks = [register_optimizer_step_post_hook(optimizer_step)]
         _patch_record_function()
         _patch_grad_scaler()
 
@@ -476,13 +448,6 @@ def _sigint_held() -> Iterator[None]:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-
-
-def _is_compiled_wrapper(module: Any) -> bool:
-    """Whether ``module`` is ``torch.compile(module)``'s wrapper (``OptimizedModule``), told
-    by name: importing dynamo to compare classes would slow every run's start."""
-    kind = type(module)
-    return kind.__name__ == "OptimizedModule" and kind.__module__.startswith("torch._dynamo")
 
 
 _ACTIVE: Session | None = None
