@@ -1161,3 +1161,40 @@ def test_host_op_rows_are_the_same_through_the_sinks_c_calls_and_through_python(
         ]  # fmt: skip
     assert rows["host clock"] == rows["a Python clock"] == rows["Python's path"]
     assert any(row[8] == "Sequential/Linear" and row[10] == "0" for row in rows["Python's path"])
+
+
+@needs_native
+def test_argument_texts_stay_right_when_many_shapes_share_the_front_cache(tmp_path: Path) -> None:
+    """The compiled path keeps each recorded op's shapes and dtypes texts in a 256-slot
+    front cache by the arguments' dtypes and sizes: 600 shapes (slots reused, each shape met
+    twice, dtypes mixed) give the texts Python's path writes for them."""
+    import msprof_py
+
+    shapes = [(n % 7 + 1, n // 7 + 1) for n in range(600)]
+    tensors = [
+        torch.ones(s, dtype=torch.float32 if i % 3 else torch.float64).to("npu")
+        for i, s in enumerate(shapes)
+    ]
+
+    def program() -> None:
+        for _ in range(2):
+            for t in tensors:
+                t.add(1)
+
+    program()
+    texts = {}
+    for way in ("compiled", "Python's path"):
+        with msprof_py.record(tmp_path / way) as rec:
+            if way == "Python's path":
+                del rec.session.recorder.direct_sink.clock  # every op through Python
+            program()
+        events = rec.load().host_events
+        adds = events[
+            (events["kind"].astype(str) == "op") & (events["name"].astype(str) == "aten::add")
+        ]
+        shown = adds["input_shapes"].astype(str), adds["input_dtypes"].astype(str)
+        texts[way] = list(zip(*shown, strict=True))
+    expected = [
+        (f"{a},{b}", "float32" if i % 3 else "float64") for i, (a, b) in enumerate(shapes)
+    ] * 2
+    assert texts["compiled"] == texts["Python's path"] == expected

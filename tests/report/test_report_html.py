@@ -331,6 +331,23 @@ def _zoom(page: Any, a: float, b: float) -> None:
     page.wait_for_timeout(500)  # the labels follow the zoom (debounced)
 
 
+def _click_for_details(page: Any, x: float, y: float, tries: int = 3) -> str:
+    """Click at (x, y) until the details panel opens (a click that lands while a loaded
+    machine is still redrawing the zoomed figure is lost); the panel's text."""
+    for attempt in range(tries):
+        page.mouse.click(x, y)
+        try:
+            page.wait_for_selector("#tl-details:not([hidden])", timeout=15_000)
+            break
+        except Exception:
+            if attempt == tries - 1:
+                raise
+            page.mouse.move(x - 3, y)
+            page.mouse.move(x, y, steps=3)
+    page.wait_for_timeout(300)
+    return page.locator("#tl-details").inner_text()
+
+
 def _point(page: Any, x: float, lane: str) -> tuple[float, float]:
     return page.evaluate(
         """([x, lane]) => {
@@ -414,10 +431,7 @@ def test_browser(run_dir: Path, report_file: Path, browser: Any, artefacts: Path
     box = page.locator("#fig-timeline .tl-hover").bounding_box()
     assert box is not None and box["x"] <= x <= box["x"] + box["width"]
     assert box["y"] <= y <= box["y"] + box["height"]
-    page.mouse.click(x, y)
-    page.wait_for_selector("#tl-details:not([hidden])", timeout=30_000)
-    page.wait_for_timeout(300)
-    details = page.locator("#tl-details").inner_text()
+    details = _click_for_details(page, x, y)
     launch = profile.host_events[
         (profile.host_events["kind"] == "launch") & (profile.host_events["task_id"] == k["task_id"])
     ].iloc[0]
@@ -577,10 +591,7 @@ def test_browser_bins_split_on_zoom(
     x, py = _point(page, (s + e) / 2, lane)
     page.mouse.move(x - 3, py)
     page.mouse.move(x, py, steps=3)
-    page.mouse.click(x, py)
-    page.wait_for_selector("#tl-details:not([hidden])", timeout=30_000)
-    page.wait_for_timeout(300)
-    details = page.locator("#tl-details").inner_text()
+    details = _click_for_details(page, x, py)
     assert f"Selected: {k['name']} (cube) on {lane}" in details
     # as on a lane drawn span by span: its launch and op (spans drawn from detail data too),
     # an arrow from the launch to it

@@ -1475,11 +1475,23 @@ const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchem
   return tensor_texts(shown);
 }
 
-// The shapes and dtypes texts of tensors ``shown``, in order (cached by their sizes and dtypes).
-const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at::Tensor*>& shown) {
-  std::string key;
-  for (const at::Tensor* t : shown) put_tensor(key, *t);
-  auto found = arg_texts.find(key);
+//: a direct-mapped front of arg_texts: each slot keeps the last key that hashed to it (the
+//: values put_tensor puts) and its texts, so that a recorded op whose arguments' dtypes and
+//: sizes were seen makes, hashes and looks up no key string
+struct TextSlot {
+  std::vector<int64_t> key;
+  std::pair<py::object, py::object> texts;
+};
+constexpr int kTextFrontBits = 8;
+std::array<TextSlot, size_t{1} << kTextFrontBits> text_front;
+//: the key being looked up (kept: no allocation once it has grown)
+std::vector<int64_t> text_key;
+
+// The texts of ``key`` (the values put_tensor puts for ``shown``) in arg_texts, made if new.
+const std::pair<py::object, py::object>& texts_made(const std::vector<int64_t>& key,
+                                                    const std::vector<const at::Tensor*>& shown) {
+  std::string bytes(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t));
+  auto found = arg_texts.find(bytes);
   if (found != arg_texts.end()) return found->second;
   std::string shapes;
   std::string dtypes;
@@ -1501,8 +1513,37 @@ const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at
   }
   if (arg_texts.size() >= kTextLimit) arg_texts.clear();
   return arg_texts
-      .emplace(std::move(key), std::make_pair(py::str(shapes), py::str(dtypes)))
+      .emplace(std::move(bytes), std::make_pair(py::str(shapes), py::str(dtypes)))
       .first->second;
+}
+
+// The shapes and dtypes texts of tensors ``shown``, in order (cached by their sizes and dtypes).
+const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at::Tensor*>& shown) {
+  std::vector<int64_t>& key = text_key;
+  key.clear();
+  uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a over the values, then a final mix
+  const auto put_value = [&](int64_t value) {
+    key.push_back(value);
+    hash = (hash ^ static_cast<uint64_t>(value)) * 0x100000001b3ULL;
+  };
+  for (const at::Tensor* t : shown) {
+    if (!t->defined()) {
+      put_value(-2);
+      continue;
+    }
+    put_value(static_cast<int64_t>(t->scalar_type()));
+    put_value(t->dim());
+    for (const int64_t size : t->sizes()) put_value(size);
+  }
+  hash ^= hash >> 29;
+  hash *= 0xbf58476d1ce4e5b9ULL;
+  hash ^= hash >> 32;
+  TextSlot& slot = text_front[hash & ((size_t{1} << kTextFrontBits) - 1)];
+  if (slot.texts.first && slot.key == key) return slot.texts;
+  const auto& texts = texts_made(key, shown);
+  slot.key = key;
+  slot.texts = texts;
+  return slot.texts;
 }
 
 //: the row sink's C calls (msprof_device_core's row_api capsule), or null: every recorded op
@@ -2392,6 +2433,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     recorder_objects = RecorderObjects();
     python_resize = py::object();
     arg_texts.clear();
+    for (TextSlot& slot : text_front) slot = TextSlot();
     python_fallback = py::object();
     python_finish = py::object();
     python_factories.clear();
