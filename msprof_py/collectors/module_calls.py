@@ -87,7 +87,6 @@ def follow_module_calls(
                 pop()
                 measured(since)
 
-    call.__name__, call.__qualname__ = original.__name__, original.__qualname__
     call.__doc__ = original.__doc__
     nn.Module.__call__ = call  # type: ignore[method-assign]
 
