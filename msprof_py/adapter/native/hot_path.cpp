@@ -888,14 +888,21 @@ void put(std::string& key, int64_t value) {
   key.append(reinterpret_cast<const char*>(&value), sizeof value);
 }
 
-void put_tensor(std::string& key, const at::Tensor& t) {
+// What a key holds of tensor ``t``, value by value to ``put_value``: its dtype, dim and sizes
+// (-2 when undefined).
+template <typename PutValue>
+void tensor_key_values(const at::Tensor& t, PutValue&& put_value) {
   if (!t.defined()) {
-    put(key, -2);
+    put_value(-2);
     return;
   }
-  put(key, static_cast<int64_t>(t.scalar_type()));
-  put(key, t.dim());
-  for (const int64_t size : t.sizes()) put(key, size);
+  put_value(static_cast<int64_t>(t.scalar_type()));
+  put_value(t.dim());
+  for (const int64_t size : t.sizes()) put_value(size);
+}
+
+void put_tensor(std::string& key, const at::Tensor& t) {
+  tensor_key_values(t, [&](int64_t value) { put(key, value); });
 }
 
 // The key a launch is learned by: the op, the dtype and sizes of every npu input and output
@@ -1476,7 +1483,7 @@ const std::pair<py::object, py::object>& argument_texts(const c10::FunctionSchem
 }
 
 //: a direct-mapped front of arg_texts: each slot keeps the last key that hashed to it (the
-//: values put_tensor puts) and its texts, so that a recorded op whose arguments' dtypes and
+//: tensors' tensor_key_values) and its texts, so that a recorded op whose arguments' dtypes and
 //: sizes were seen makes, hashes and looks up no key string
 struct TextSlot {
   std::vector<int64_t> key;
@@ -1487,7 +1494,7 @@ std::array<TextSlot, size_t{1} << kTextFrontBits> text_front;
 //: the key being looked up (kept: no allocation once it has grown)
 std::vector<int64_t> text_key;
 
-// The texts of ``key`` (the values put_tensor puts for ``shown``) in arg_texts, made if new.
+// The texts of ``key`` (the tensor_key_values of ``shown``) in arg_texts, made if new.
 const std::pair<py::object, py::object>& texts_made(const std::vector<int64_t>& key,
                                                     const std::vector<const at::Tensor*>& shown) {
   std::string bytes(reinterpret_cast<const char*>(key.data()), key.size() * sizeof(int64_t));
@@ -1526,15 +1533,7 @@ const std::pair<py::object, py::object>& tensor_texts(const std::vector<const at
     key.push_back(value);
     hash = (hash ^ static_cast<uint64_t>(value)) * 0x100000001b3ULL;
   };
-  for (const at::Tensor* t : shown) {
-    if (!t->defined()) {
-      put_value(-2);
-      continue;
-    }
-    put_value(static_cast<int64_t>(t->scalar_type()));
-    put_value(t->dim());
-    for (const int64_t size : t->sizes()) put_value(size);
-  }
+  for (const at::Tensor* t : shown) tensor_key_values(*t, put_value);
   hash ^= hash >> 29;
   hash *= 0xbf58476d1ce4e5b9ULL;
   hash ^= hash >> 32;
